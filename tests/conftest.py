@@ -1,0 +1,44 @@
+"""Test setup: two logical CPU devices, built before any TF op runs.
+
+Splitting the CPU lets `MirroredStrategy` run `strategy.run` on 2 replicas,
+the stand-in for a multi-core TPU. Fixtures build what tests need (the demo
+encoder and preprocessor in the TF Hub format, a dropout-free encoder) under
+temporary folders: nothing is downloaded.
+"""
+
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+_cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(
+    _cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+SHARED_CSV = os.path.join(os.path.dirname(ROOT), "shared", "data",
+                          "sentiment140_sample.csv")
+
+from trainer import bert  # noqa: E402
+from trainer import demo  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def demo_paths(tmp_path_factory):
+  """The embedded demo assets, built once per test session."""
+  return demo.ensure_assets(str(tmp_path_factory.mktemp("demo_cache")))
+
+
+@pytest.fixture(scope="session")
+def no_dropout_encoder(tmp_path_factory, demo_paths):
+  """A demo-sized encoder without dropout (replica-count comparisons)."""
+  del demo_paths
+  path = str(tmp_path_factory.mktemp("enc_nodrop") / "encoder")
+  config = bert.BertConfig(vocab_size=len(demo.vocabulary()),
+                           **dict(demo.DEMO_BERT, dropout_rate=0.0))
+  bert.save_encoder(bert.BertEncoder(config, seed=7), path)
+  return path

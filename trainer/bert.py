@@ -1,0 +1,237 @@
+"""A BERT encoder as a plain `tf.Module`, saved in the TF Hub encoder format.
+
+One builder serves the embedded demo (random weights, small sizes) and the
+Hugging Face converter (pretrained weights loaded into the same variables), so
+both produce SavedModels with the interface of the TF Hub BERT encoders:
+
+    outputs = hub.load(path)(dict(input_word_ids=..., input_mask=...,
+                                  input_type_ids=...), training=False)
+    outputs["pooled_output"]     # [batch, hidden] float32
+    outputs["sequence_output"]   # [batch, seq_length, hidden] float32
+    outputs["encoder_outputs"]   # num_layers x [batch, seq_length, hidden]
+
+No Keras: the module does not depend on which Keras is installed.
+"""
+
+import dataclasses
+import json
+import math
+
+import tensorflow as tf
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+  """Sizes of a BERT encoder (names follow the original BERT config)."""
+
+  vocab_size: int
+  hidden_size: int = 128
+  num_layers: int = 2
+  num_heads: int = 2
+  intermediate_size: int = 512
+  max_position_embeddings: int = 512
+  type_vocab_size: int = 2
+  dropout_rate: float = 0.1
+  layer_norm_eps: float = 1e-12
+  initializer_range: float = 0.02
+
+  def __post_init__(self):
+    if self.hidden_size % self.num_heads:
+      raise ValueError(f"hidden_size={self.hidden_size} is not divisible by "
+                       f"num_heads={self.num_heads}")
+
+  def to_json(self):
+    return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+
+def _normal(shape, stddev, rng):
+  return rng.truncated_normal(shape, stddev=stddev, dtype=tf.float32)
+
+
+class _Dense(tf.Module):
+  """y = x @ kernel + bias over the last axis."""
+
+  def __init__(self, in_dim, out_dim, stddev, rng, name):
+    super().__init__(name=name)
+    with self.name_scope:
+      self.kernel = tf.Variable(
+          _normal([in_dim, out_dim], stddev, rng), name="kernel")
+      self.bias = tf.Variable(tf.zeros([out_dim]), name="bias")
+
+  def __call__(self, x):
+    # A 2-D matmul: einsum("...i,io->...o") has a gradient ~50x slower on CPU.
+    flat = tf.reshape(x, [-1, tf.shape(x)[-1]])
+    y = tf.matmul(flat, self.kernel) + self.bias
+    return tf.reshape(y, tf.concat([tf.shape(x)[:-1], [-1]], axis=0))
+
+
+class _LayerNorm(tf.Module):
+  """LayerNorm over the last axis; `gamma`/`beta` names mark it for AdamW."""
+
+  def __init__(self, dim, eps, name):
+    super().__init__(name=name)
+    self.eps = eps
+    with self.name_scope:
+      self.gamma = tf.Variable(tf.ones([dim]), name="gamma")
+      self.beta = tf.Variable(tf.zeros([dim]), name="beta")
+
+  def __call__(self, x):
+    mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+    return (x - mean) * tf.math.rsqrt(variance +
+                                      self.eps) * self.gamma + self.beta
+
+
+def _dropout(x, rate, training):
+  if not training or rate == 0.0:
+    return x
+  return tf.nn.dropout(x, rate=rate)
+
+
+class _TransformerLayer(tf.Module):
+  """Post-LayerNorm transformer block: attention and GELU feed-forward."""
+
+  def __init__(self, config, rng, name):
+    super().__init__(name=name)
+    h, s = config.hidden_size, config.initializer_range
+    self.num_heads = config.num_heads
+    self.head_size = h // config.num_heads
+    self.dropout_rate = config.dropout_rate
+    with self.name_scope:
+      self.query = _Dense(h, h, s, rng, "self_attention_query")
+      self.key = _Dense(h, h, s, rng, "self_attention_key")
+      self.value = _Dense(h, h, s, rng, "self_attention_value")
+      self.attention_output = _Dense(h, h, s, rng, "self_attention_output")
+      self.attention_layer_norm = _LayerNorm(h, config.layer_norm_eps,
+                                             "self_attention_layer_norm")
+      self.intermediate = _Dense(h, config.intermediate_size, s, rng,
+                                 "intermediate")
+      self.output_dense = _Dense(config.intermediate_size, h, s, rng, "output")
+      self.output_layer_norm = _LayerNorm(h, config.layer_norm_eps,
+                                          "output_layer_norm")
+
+  def _heads(self, x):
+    batch, length = tf.shape(x)[0], tf.shape(x)[1]
+    x = tf.reshape(x, [batch, length, self.num_heads, self.head_size])
+    return tf.transpose(x, [0, 2, 1, 3])  # [batch, heads, length, head_size]
+
+  def __call__(self, x, attention_bias, training):
+    q, k, v = self._heads(self.query(x)), self._heads(self.key(x)), self._heads(
+        self.value(x))
+    scores = tf.matmul(q, k, transpose_b=True) / math.sqrt(self.head_size)
+    probs = tf.nn.softmax(scores + attention_bias, axis=-1)
+    probs = _dropout(probs, self.dropout_rate, training)
+    context = tf.transpose(tf.matmul(probs, v), [0, 2, 1, 3])
+    context = tf.reshape(context, tf.shape(x))
+    attended = _dropout(
+        self.attention_output(context), self.dropout_rate, training)
+    x = self.attention_layer_norm(x + attended)
+    hidden = tf.nn.gelu(self.intermediate(x), approximate=False)
+    out = _dropout(self.output_dense(hidden), self.dropout_rate, training)
+    return self.output_layer_norm(x + out)
+
+
+class BertEncoder(tf.Module):
+  """BERT: embeddings, `num_layers` transformer blocks and a tanh pooler."""
+
+  def __init__(self, config, seed=0, name="bert_encoder"):
+    super().__init__(name=name)
+    self.config = config
+    rng = tf.random.Generator.from_seed(seed)
+    h, s = config.hidden_size, config.initializer_range
+    with self.name_scope:
+      self.word_embeddings = tf.Variable(
+          _normal([config.vocab_size, h], s, rng),
+          name="word_embeddings/embeddings")
+      self.position_embeddings = tf.Variable(
+          _normal([config.max_position_embeddings, h], s, rng),
+          name="position_embedding/embeddings")
+      self.type_embeddings = tf.Variable(
+          _normal([config.type_vocab_size, h], s, rng),
+          name="type_embeddings/embeddings")
+      self.embeddings_layer_norm = _LayerNorm(h, config.layer_norm_eps,
+                                              "embeddings_layer_norm")
+      self.layers = [
+          _TransformerLayer(config, rng, f"transformer_layer_{i}")
+          for i in range(config.num_layers)
+      ]
+      self.pooler = _Dense(h, h, s, rng, "pooler_transform")
+
+  def __call__(self, inputs, training=False):
+    """Runs the encoder.
+
+    Args:
+      inputs: dict of int32 `input_word_ids`, `input_mask`, `input_type_ids`,
+        each [batch, seq_length].
+      training: whether dropout is active.
+
+    Returns:
+      dict with `pooled_output` [batch, hidden], `sequence_output`
+      [batch, seq_length, hidden], `encoder_outputs` (one
+      [batch, seq_length, hidden] per layer) and `default` (= pooled_output),
+      all float32.
+    """
+    word_ids = inputs["input_word_ids"]
+    mask = tf.cast(inputs["input_mask"], tf.float32)
+    type_ids = inputs["input_type_ids"]
+    length = tf.shape(word_ids)[1]
+    x = (
+        tf.gather(self.word_embeddings, word_ids) +
+        tf.gather(self.type_embeddings, type_ids) +
+        self.position_embeddings[tf.newaxis, :length, :])
+    x = _dropout(
+        self.embeddings_layer_norm(x), self.config.dropout_rate, training)
+    # Padding positions get a large negative bias before the softmax.
+    attention_bias = (1.0 - mask[:, tf.newaxis, tf.newaxis, :]) * -10000.0
+    encoder_outputs = []
+    for layer in self.layers:
+      x = layer(x, attention_bias, training)
+      encoder_outputs.append(x)
+    pooled = tf.tanh(self.pooler(x[:, 0, :]))
+    return dict(
+        pooled_output=pooled,
+        sequence_output=x,
+        encoder_outputs=encoder_outputs,
+        default=pooled)
+
+
+def save_encoder(encoder, export_dir):
+  """Writes `encoder` as a TF Hub style SavedModel (reusable, fine-tunable).
+
+  The saved object is callable with `(inputs, training=...)` and carries the
+  `variables`, `trainable_variables` and `regularization_losses` attributes of
+  the Reusable SavedModel API, so `hub.load` users can fine-tune it.
+  """
+  spec = {
+      k: tf.TensorSpec([None, None], tf.int32, name=k)
+      for k in ("input_word_ids", "input_mask", "input_type_ids")
+  }
+  root = tf.train.Checkpoint()
+  root.encoder = encoder
+  call = tf.function(encoder.__call__)
+  for training in (False, True):
+    call.get_concrete_function(spec, training=training)
+  root.__call__ = call
+  root.variables = list(encoder.variables)
+  root.trainable_variables = list(encoder.trainable_variables)
+  root.regularization_losses = []
+  # A constant, not a variable: string variables would be mirrored onto the
+  # accelerators when the encoder is loaded under a distribution strategy.
+  config_json = encoder.config.to_json()
+  root.get_config_json = tf.function(
+      lambda: tf.constant(config_json), input_signature=[])
+
+  @tf.function(input_signature=[
+      spec["input_word_ids"], spec["input_mask"], spec["input_type_ids"]
+  ])
+  def serve(input_word_ids, input_mask, input_type_ids):
+    out = call(
+        dict(
+            input_word_ids=input_word_ids,
+            input_mask=input_mask,
+            input_type_ids=input_type_ids),
+        training=False)
+    return dict(
+        pooled_output=out["pooled_output"],
+        sequence_output=out["sequence_output"])
+
+  tf.saved_model.save(root, export_dir, signatures={"serving_default": serve})

@@ -1,0 +1,148 @@
+r"""Fine-tunes a TF Hub BERT encoder for text classification.
+
+  python -m trainer.main                       # offline demo (built-in model)
+  python -m trainer.main --flagfile=flags/sentiment140_expertbert_tpu.flags
+
+The only module that defines flags: flags -> Config -> train_lib.run.
+"""
+
+import dataclasses
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from trainer import config as config_lib
+
+_D = config_lib.Config()
+
+flags.DEFINE_string(
+    "model_dir", _D.model_dir,
+    "Checkpoints, summaries, config.json, summary.json "
+    "(local, gs:// or ram://). A run on a folder with a "
+    "checkpoint resumes from it.")
+flags.DEFINE_string(
+    "tpu", _D.tpu, "'' for no TPU, 'local' on a Cloud TPU VM, "
+    "or a TPU name / grpc:// address.")
+flags.DEFINE_enum(
+    "strategy", _D.strategy, config_lib.STRATEGIES,
+    "auto: TPU if --tpu, MirroredStrategy over all GPUs, else "
+    "the default strategy on the CPU.")
+flags.DEFINE_string(
+    "encoder_handle", _D.encoder_handle,
+    "TF Hub BERT encoder: URL, gs:// path, local SavedModel "
+    "folder, or 'demo' (built offline).")
+flags.DEFINE_string(
+    "preprocessor_handle", _D.preprocessor_handle,
+    "Matching preprocessor (tokenize + bert_pack_inputs), or "
+    "'demo'.")
+flags.DEFINE_string(
+    "tfds_name", _D.tfds_name,
+    "TFDS dataset, e.g. sentiment140. With neither this nor "
+    "--train_file, the built-in demo text set is used.")
+flags.DEFINE_string("data_dir", _D.data_dir, "TFDS data_dir (gs:// works).")
+flags.DEFINE_string("text_key", _D.text_key, "TFDS text feature ('' = text).")
+flags.DEFINE_string(
+    "label_key", _D.label_key,
+    "TFDS label feature ('' = polarity for sentiment140, "
+    "else label).")
+flags.DEFINE_string("train_file", _D.train_file,
+                    "CSV/TSV with a header row (instead of --tfds_name).")
+flags.DEFINE_string(
+    "eval_file", _D.eval_file,
+    "Validation CSV/TSV; without it one is carved from "
+    "--train_file.")
+flags.DEFINE_string(
+    "text_column", _D.text_column, "Text column (name or "
+    "0-based index) of --train_file/--eval_file.")
+flags.DEFINE_string("label_column", _D.label_column, "Label column (name or "
+                    "0-based index).")
+flags.DEFINE_string(
+    "label_map", _D.label_map,
+    "raw:class pairs, e.g. 0:0,4:1 ('' = 0:0,4:1 for "
+    "sentiment140, else identity). Other labels are excluded "
+    "and counted.")
+flags.DEFINE_integer("num_classes", _D.num_classes, "Number of classes.")
+flags.DEFINE_float(
+    "validation_fraction", _D.validation_fraction,
+    "Share of train carved (seeded) into validation when the "
+    "data has no validation split.")
+flags.DEFINE_integer("seq_length", _D.seq_length,
+                     "Tokens per example incl. [CLS]/[SEP].")
+flags.DEFINE_integer("batch_size", _D.batch_size,
+                     "Global batch size (divisible by the replica count).")
+flags.DEFINE_integer("eval_batch_size", _D.eval_batch_size,
+                     "Global eval batch size (0 = --batch_size).")
+flags.DEFINE_integer("train_steps", _D.train_steps,
+                     "Total steps (0 = derive from --epochs).")
+flags.DEFINE_float("epochs", _D.epochs, "Epochs when --train_steps=0.")
+flags.DEFINE_float("learning_rate", _D.learning_rate, "Peak learning rate.")
+flags.DEFINE_float("warmup_fraction", _D.warmup_fraction,
+                   "Share of total steps spent in linear warmup.")
+flags.DEFINE_float("weight_decay", _D.weight_decay,
+                   "AdamW decoupled weight decay (not on LayerNorm/bias).")
+flags.DEFINE_float("clip_norm", _D.clip_norm,
+                   "Global-norm gradient clipping (0 = off).")
+flags.DEFINE_float("dropout_rate", _D.dropout_rate, "Classifier head dropout.")
+flags.DEFINE_integer("steps_per_loop", _D.steps_per_loop,
+                     "Steps per tf.function call (host work in between).")
+flags.DEFINE_integer("eval_every", _D.eval_every,
+                     "Evaluate every N steps (0 = only at the end).")
+flags.DEFINE_integer("checkpoint_every", _D.checkpoint_every,
+                     "Checkpoint every N steps (0 = only at the end).")
+flags.DEFINE_integer("keep_checkpoints", _D.keep_checkpoints,
+                     "Rolling checkpoints kept.")
+flags.DEFINE_integer("shuffle_buffer", _D.shuffle_buffer,
+                     "Examples in the seeded shuffle buffer.")
+flags.DEFINE_integer("seed", _D.seed, "Seed for data order, splits, head.")
+flags.DEFINE_bool(
+    "jit_compile", _D.jit_compile,
+    "XLA-compile the replica step on CPU/GPU (unset: on for "
+    "GPU, off for CPU; TPUs always use XLA).")
+flags.DEFINE_string(
+    "demo_cache_dir", _D.demo_cache_dir,
+    "Where the demo model and data are built ('' = "
+    "~/.cache/bert_tpu_trainer or $BERT_TRAINER_CACHE).")
+
+FLAGS = flags.FLAGS
+EXIT_BAD_INPUT = 2
+
+
+def config_from_flags():
+  """Flags -> Config; the demo's own defaults fill flags not given."""
+  values = {
+      f.name: FLAGS[f.name].value for f in dataclasses.fields(config_lib.Config)
+  }
+  demo_run = (
+      values["encoder_handle"] == "demo" and not values["tfds_name"] and
+      not values["train_file"])
+  if demo_run:
+    from trainer import demo  # pylint: disable=g-import-not-at-top
+    applied = {
+        k: v for k, v in demo.DEMO_DEFAULTS.items() if not FLAGS[k].present
+    }
+    values.update(applied)
+    logging.info(
+        "Embedded demo: built-in encoder and text set, offline; "
+        "demo defaults %s", applied)
+  return config_lib.Config(**values)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  # Heavy imports after flag parsing so --help stays fast.
+  from trainer import errors  # pylint: disable=g-import-not-at-top
+  from trainer import train_lib  # pylint: disable=g-import-not-at-top
+  try:
+    c = config_lib.validate(config_from_flags())
+    train_lib.run(c)
+  except errors.USER_ERRORS as e:
+    logging.error("%s", e)
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(EXIT_BAD_INPUT)
+
+
+if __name__ == "__main__":
+  app.run(main)

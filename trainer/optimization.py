@@ -1,0 +1,138 @@
+"""AdamW with decoupled weight decay, warmup + linear decay, clipping.
+
+Our own optimizer rather than a Keras one: it does not depend on which Keras
+is installed, its slots are plain variables created under the strategy scope,
+and its update is ordinary TF math that XLA (and so the TPU) compiles.
+"""
+
+import re
+
+import tensorflow as tf
+
+# Variables whose names match are not weight-decayed (BERT convention).
+NO_DECAY_PATTERN = r"layer_norm|LayerNorm|/bias|/beta|/gamma"
+
+
+class WarmupLinearDecay:
+  """Learning rate for the update with 0-based index `step`.
+
+  With t = step + 1 updates done (1..total):
+    t <= warmup: peak * t / warmup         (linear warmup, peak at the last
+                                            warmup update)
+    t >  warmup: peak * (total - t) / (total - warmup)
+                                           (linear decay, 0 at the last update)
+  """
+
+  def __init__(self, peak, total_steps, warmup_steps):
+    if not 0 <= warmup_steps <= total_steps or total_steps < 1:
+      raise ValueError(f"need 0 <= warmup_steps ({warmup_steps}) <= "
+                       f"total_steps ({total_steps}) and total_steps >= 1")
+    self.peak = float(peak)
+    self.total = int(total_steps)
+    self.warmup = int(warmup_steps)
+
+  def __call__(self, step):
+    t = tf.cast(step, tf.float32) + 1.0
+    warm = self.peak * t / max(self.warmup, 1)
+    decay = self.peak * (self.total - t) / max(self.total - self.warmup, 1)
+    lr = tf.where(t <= self.warmup, warm, decay)
+    return tf.maximum(lr, 0.0)
+
+
+def global_norm(grads):
+  return tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(g)) for g in grads]))
+
+
+class AdamW(tf.Module):
+  """Adam with bias correction and decoupled weight decay.
+
+  For each variable w with gradient g at update t (1-based):
+    m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
+    w -= lr * (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd * w)
+  where wd is 0 for LayerNorm and bias variables. Gradients are clipped to
+  `clip_norm` by global norm first (0 disables clipping).
+
+  Create it under the strategy scope; call `apply` in replica context with
+  gradients that are already summed over replicas.
+  """
+
+  def __init__(self,
+               variables,
+               schedule,
+               weight_decay=0.01,
+               beta_1=0.9,
+               beta_2=0.999,
+               epsilon=1e-6,
+               clip_norm=1.0,
+               no_decay_pattern=NO_DECAY_PATTERN,
+               name="adamw"):
+    super().__init__(name=name)
+    self.schedule = schedule
+    self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
+    self.clip_norm = clip_norm
+    self._variables = list(variables)
+    self.decay_rates = [
+        0.0 if re.search(no_decay_pattern, v.name) else weight_decay
+        for v in self._variables
+    ]
+    with tf.name_scope(name):
+      self.iterations = tf.Variable(
+          0,
+          dtype=tf.int64,
+          trainable=False,
+          name="iterations",
+          aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+      self.m, self.v = [], []
+      for var in self._variables:
+        with tf.distribute.get_strategy().extended.colocate_vars_with(var):
+          self.m.append(
+              tf.Variable(
+                  tf.zeros(var.shape, var.dtype), trainable=False, name="m"))
+          self.v.append(
+              tf.Variable(
+                  tf.zeros(var.shape, var.dtype), trainable=False, name="v"))
+
+  def learning_rate(self):
+    return self.schedule(self.iterations)
+
+  def apply(self, grads):
+    """Clips and applies `grads` (aligned with the variables).
+
+    Returns:
+      The global norm of `grads` before clipping, float32 scalar.
+    """
+    norm = global_norm(grads)
+    if self.clip_norm > 0:
+      # Same formula as tf.clip_by_global_norm, without its NaN special case
+      # so a non-finite gradient stays visible in the reported norm.
+      scale = self.clip_norm / tf.maximum(norm, self.clip_norm)
+      grads = [g * scale for g in grads]
+    lr = self.learning_rate()
+    tf.distribute.get_replica_context().merge_call(
+        self._update_all, args=(grads, lr))
+    return norm
+
+  def _update_all(self, strategy, grads, lr):
+    t = tf.cast(self.iterations + 1, tf.float32)
+    correction_1 = 1.0 - tf.pow(self.beta_1, t)
+    correction_2 = 1.0 - tf.pow(self.beta_2, t)
+    updates = []
+    for var, g, m, v, rate in zip(self._variables, grads, self.m, self.v,
+                                  self.decay_rates):
+      updates.append(
+          strategy.extended.update(
+              var,
+              self._update_one,
+              args=(g, m, v, lr, correction_1, correction_2, rate),
+              group=False))
+    with tf.control_dependencies(tf.nest.flatten(updates)):
+      return self.iterations.assign_add(1)
+
+  def _update_one(self, var, g, m, v, lr, correction_1, correction_2, rate):
+    m_new = m.assign(self.beta_1 * m + (1.0 - self.beta_1) * g)
+    v_new = v.assign(self.beta_2 * v + (1.0 - self.beta_2) * tf.square(g))
+    step = (m_new / correction_1) / (
+        tf.sqrt(v_new / correction_2) + self.epsilon)
+    if rate:
+      step += rate * var
+    return var.assign_sub(lr * step)

@@ -1,0 +1,170 @@
+"""BERT text preprocessing: a TF Hub style preprocessor and its host-side use.
+
+`BertPreprocessor` builds a SavedModel with the interface of
+`bert_en_uncased_preprocess`:
+
+    preprocessor = hub.load(path)
+    tokens = preprocessor.tokenize(tf.constant(["hello world"]))
+    # int32 RaggedTensor [batch, (words), (wordpieces)]
+    inputs = preprocessor.bert_pack_inputs([tokens], seq_length=128)
+    # dict of int32 input_word_ids / input_mask / input_type_ids [batch, 128]
+    preprocessor.tokenize.get_special_tokens_dict()
+
+`make_packer` is the one function that turns a batch of raw strings into
+encoder inputs; training (in tf.data, on the host) and export use the same.
+Every op here is a string or lookup-table op, which is why none of it may run
+inside the replicated (TPU/XLA) step.
+"""
+
+import tensorflow as tf
+import tensorflow_text as text
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+class _Tokenize(tf.Module):
+  """`tokenize` sub-object: callable plus `get_special_tokens_dict()`."""
+
+  def __init__(self, tokenizer, special):
+    super().__init__(name="tokenize")
+    self._tokenizer = tokenizer
+    self._special = special
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+  def __call__(self, strings):
+    return tf.cast(self._tokenizer.tokenize(strings), tf.int32)
+
+  @tf.function(input_signature=[])
+  def get_special_tokens_dict(self):
+    return {k: tf.constant(v, tf.int32) for k, v in self._special.items()}
+
+
+class _PackInputs(tf.Module):
+  """`bert_pack_inputs`: trims, adds [CLS]/[SEP], pads to `seq_length`."""
+
+  def __init__(self, special):
+    super().__init__(name="bert_pack_inputs")
+    self._special = special
+
+  @tf.function(
+      input_signature=[[tf.RaggedTensorSpec([None, None, None], tf.int32)],
+                       tf.TensorSpec([], tf.int32)])
+  def __call__(self, segments, seq_length):
+    return pack_segments(segments, seq_length, self._special)
+
+
+def pack_segments(segments, seq_length, special):
+  """Packs tokenized segments into fixed-length BERT inputs.
+
+  Args:
+    segments: list of int32 RaggedTensor [batch, (words), (wordpieces)].
+    seq_length: int32 scalar, total length including [CLS] and [SEP]s.
+    special: dict with `start_of_sequence_id`, `end_of_segment_id`,
+      `padding_id`.
+
+  Returns:
+    dict of int32 `input_word_ids`, `input_mask`, `input_type_ids`, each
+    [batch, seq_length].
+  """
+  flat = [s.merge_dims(-2, -1) for s in segments]
+  budget = seq_length - len(flat) - 1
+  trimmed = text.RoundRobinTrimmer(max_seq_length=budget).trim(flat)
+  ids, type_ids = text.combine_segments(
+      trimmed,
+      start_of_sequence_id=special["start_of_sequence_id"],
+      end_of_segment_id=special["end_of_segment_id"])
+  word_ids, mask = text.pad_model_inputs(
+      ids, max_seq_length=seq_length, pad_value=special["padding_id"])
+  type_ids, _ = text.pad_model_inputs(type_ids, max_seq_length=seq_length)
+  return dict(
+      input_word_ids=tf.cast(word_ids, tf.int32),
+      input_mask=tf.cast(mask, tf.int32),
+      input_type_ids=tf.cast(type_ids, tf.int32))
+
+
+class BertPreprocessor(tf.Module):
+  """WordPiece preprocessor over a vocab file, saved in the TF Hub format."""
+
+  def __init__(self, vocab_file, lower_case=True, default_seq_length=128):
+    super().__init__(name="bert_preprocess")
+    with tf.io.gfile.GFile(vocab_file) as f:
+      vocab = [line.rstrip("\n") for line in f]
+    missing = [t for t in SPECIAL_TOKENS if t not in vocab]
+    if missing:
+      raise ValueError(
+          f"vocab file {vocab_file} lacks special tokens {missing}")
+    self.vocab_file = tf.saved_model.Asset(vocab_file)
+    table = tf.lookup.StaticHashTable(
+        tf.lookup.TextFileInitializer(self.vocab_file, tf.string,
+                                      tf.lookup.TextFileIndex.WHOLE_LINE,
+                                      tf.int64,
+                                      tf.lookup.TextFileIndex.LINE_NUMBER),
+        default_value=-1)
+    self._table = table
+    tokenizer = text.BertTokenizer(
+        table,
+        lower_case=lower_case,
+        unknown_token="[UNK]",
+        token_out_type=tf.int64)
+    special = dict(
+        vocab_size=len(vocab),
+        start_of_sequence_id=vocab.index("[CLS]"),
+        end_of_segment_id=vocab.index("[SEP]"),
+        padding_id=vocab.index("[PAD]"),
+        mask_id=vocab.index("[MASK]"))
+    self.tokenize = _Tokenize(tokenizer, special)
+    self.bert_pack_inputs = _PackInputs(special)
+    self._default_seq_length = default_seq_length
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+  def __call__(self, strings):
+    return self.bert_pack_inputs([self.tokenize(strings)],
+                                 tf.constant(self._default_seq_length))
+
+
+def save_preprocessor(preprocessor, export_dir):
+  tf.saved_model.save(preprocessor, export_dir)
+
+
+def special_tokens(preprocessor):
+  """The loaded preprocessor's special token ids as Python ints."""
+  return {
+      k: int(v)
+      for k, v in preprocessor.tokenize.get_special_tokens_dict().items()
+  }
+
+
+# HTML entities as Twitter exports them; "&amp;" last so "&amp;lt;" -> "&lt;".
+_ENTITIES = (("&quot;", '"'), ("&#39;", "'"), ("&apos;", "'"), ("&lt;", "<"),
+             ("&gt;", ">"), ("&nbsp;", " "), ("&amp;", "&"))
+
+
+def clean_text(strings):
+  """Decodes common HTML entities; strings [batch] tf.string -> same shape."""
+  for entity, char in _ENTITIES:
+    strings = tf.strings.regex_replace(strings, entity, char)
+  return strings
+
+
+def make_packer(preprocessor, seq_length):
+  """Returns f(strings [batch] tf.string) -> dict of int32 [batch, seq_length].
+
+  Works for this project's preprocessors and for TF Hub's
+  `bert_*_preprocess` models (whose `bert_pack_inputs` takes the same
+  arguments). The static shape is set here so that downstream code (and the
+  TPU compiler) sees fully defined shapes.
+  """
+
+  def pack(strings):
+    tokens = preprocessor.tokenize(clean_text(strings))
+    inputs = preprocessor.bert_pack_inputs([tokens], seq_length=seq_length)
+    batch = tf.shape(strings)[0]
+    return {
+        k:
+            tf.ensure_shape(
+                tf.reshape(tf.cast(inputs[k], tf.int32), [batch, seq_length]),
+                [strings.shape[0], seq_length])
+        for k in ("input_word_ids", "input_mask", "input_type_ids")
+    }
+
+  return pack

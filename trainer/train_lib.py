@@ -1,0 +1,369 @@
+"""The outer loop: build everything, then train in loops of `steps_per_loop`.
+
+Restore order (one training state, one checkpoint): the newest checkpoint in
+`model_dir/checkpoints`, else the pretrained encoder from its handle with a
+fresh head. Host work (logging, summaries, checkpoints, eval) happens only
+between loops; inside a loop a single tf.function runs `num_steps` replica
+steps with `tf.range` around `strategy.run`.
+"""
+
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+
+from absl import logging
+import tensorflow as tf
+
+from trainer import config as config_lib
+from trainer import distribute
+from trainer import input_pipeline
+from trainer import model as model_lib
+from trainer import optimization
+from trainer import preprocessing
+from trainer import train_step
+
+CHECKPOINT_SUBDIR = "checkpoints"
+
+
+class TrainingError(RuntimeError):
+  """Training cannot go on (empty data, non-finite loss, ...)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """Durations in steps, resolved once from the data and the config."""
+
+  steps_per_epoch: int
+  total_steps: int
+  warmup_steps: int
+
+
+def make_plan(c, train_examples):
+  steps_per_epoch = train_examples // c.batch_size
+  if steps_per_epoch < 1:
+    raise TrainingError(
+        f"the training split has {train_examples} usable examples, fewer "
+        f"than one global batch (--batch_size={c.batch_size}); lower "
+        "--batch_size or add data")
+  total = c.train_steps or max(1, int(math.ceil(c.epochs * steps_per_epoch)))
+  warmup = int(round(c.warmup_fraction * total))
+  return Plan(steps_per_epoch, total, warmup)
+
+
+def _write_json(path, obj):
+  with tf.io.gfile.GFile(path, "w") as f:
+    f.write(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def _read_json(path):
+  if not tf.io.gfile.exists(path):
+    return None
+  with tf.io.gfile.GFile(path) as f:
+    return json.loads(f.read())
+
+
+def resolve_jit(c, strategy):
+  if c.jit_compile is not None:
+    return c.jit_compile and not distribute.is_tpu(strategy)
+  return distribute.has_gpu()
+
+
+def load_models(c, strategy):
+  """Loads the preprocessor (host) and encoder (replicated); checks they fit."""
+  from trainer import demo  # pylint: disable=g-import-not-at-top
+  encoder_handle, preprocessor_handle = c.encoder_handle, c.preprocessor_handle
+  if encoder_handle == demo.SENTINEL:
+    paths = demo.ensure_assets(c.demo_cache_dir or None)
+    encoder_handle, preprocessor_handle = paths["encoder"], paths[
+        "preprocessor"]
+  with tf.device("/cpu:0"):
+    preprocessor = model_lib.load_handle(preprocessor_handle,
+                                         "preprocessor_handle")
+  with strategy.scope():
+    encoder = model_lib.load_handle(encoder_handle, "encoder_handle")
+  positions = model_lib.max_positions(encoder)
+  if positions is not None and c.seq_length > positions:
+    raise config_lib.ConfigError(
+        f"--seq_length={c.seq_length} is invalid: the encoder has "
+        f"{positions} position embeddings; use at most {positions}")
+  rows = model_lib.word_embedding_rows(encoder)
+  try:
+    vocab = preprocessing.special_tokens(preprocessor)["vocab_size"]
+  except (AttributeError, KeyError):
+    vocab = None
+  if rows is not None and vocab is not None and vocab > rows:
+    raise config_lib.ConfigError(
+        f"--preprocessor_handle={c.preprocessor_handle} is invalid: its "
+        f"vocabulary has {vocab} tokens but the encoder's embedding table has "
+        f"{rows} rows; use the preprocessor that matches the encoder")
+  return preprocessor, encoder
+
+
+def count_splits(c, splits):
+  """Row counts per split, cached in model_dir (a resumed run skips them)."""
+  path = input_pipeline.stats_path(c.model_dir)
+  key = repr(sorted((name, repr(s)) for name, s in splits.items()))
+  cached = _read_json(path)
+  if cached and cached.get("key") == key:
+    return cached["counts"]
+  counts = {}
+  for name, split in splits.items():
+    counts[name] = input_pipeline.count(split)
+    logging.info("Split %s: %d rows read, %d used, rejected %s", name,
+                 counts[name]["rows_read"], counts[name]["rows_used"],
+                 counts[name]["rejected"] or "none")
+  _write_json(path, dict(key=key, counts=counts))
+  return counts
+
+
+def _flat_counts(counts):
+  flat = {}
+  for split, c in counts.items():
+    flat[f"data.{split}.rows_read"] = c["rows_read"]
+    flat[f"data.{split}.rows_used"] = c["rows_used"]
+    for reason, n in c["rejected"].items():
+      flat[f"data.{split}.rejected.{reason}"] = n
+  return flat
+
+
+class Trainer:
+  """Holds the replicated state and the compiled loops of one run."""
+
+  def __init__(self, c, strategy, encoder, plan, jit_compile):
+    self.c, self.strategy, self.plan = c, strategy, plan
+    with strategy.scope():
+      self.model = model_lib.Classifier(
+          encoder, c.num_classes, dropout_rate=c.dropout_rate, seed=c.seed)
+      schedule = optimization.WarmupLinearDecay(c.learning_rate,
+                                                plan.total_steps,
+                                                plan.warmup_steps)
+      self.optimizer = optimization.AdamW(
+          self.model.trainable_variables,
+          schedule,
+          weight_decay=c.weight_decay,
+          clip_norm=c.clip_norm)
+    self.checkpoint = tf.train.Checkpoint(
+        model=self.model, optimizer=self.optimizer)
+    self.manager = tf.train.CheckpointManager(
+        self.checkpoint,
+        os.path.join(c.model_dir, CHECKPOINT_SUBDIR),
+        max_to_keep=c.keep_checkpoints,
+        step_counter=self.optimizer.iterations)
+    self._train_step = train_step.make_train_step(
+        self.model,
+        self.optimizer,
+        c.batch_size,
+        seed=c.seed,
+        jit_compile=jit_compile)
+    self._eval_step = train_step.make_eval_step(self.model)
+
+  @property
+  def step(self):
+    return int(self.optimizer.iterations.numpy())
+
+  def restore(self):
+    """Restores the newest checkpoint; returns its path or None."""
+    latest = self.manager.latest_checkpoint
+    if latest:
+      self.checkpoint.restore(latest).assert_existing_objects_matched()
+      logging.info("Resumed from %s at step %d", latest, self.step)
+    return latest
+
+  @tf.function
+  def train_loop(self, iterator, num_steps):
+    """Runs `num_steps` steps; returns mean loss and mean grad norm."""
+    strategy = self.strategy
+    loss_sum = tf.constant(0.0)
+    norm_sum = tf.constant(0.0)
+    for _ in tf.range(num_steps):
+      out = strategy.run(self._train_step, args=(next(iterator),))
+      loss_sum += strategy.reduce(
+          tf.distribute.ReduceOp.SUM, out["loss"], axis=None)
+      norm_sum += strategy.reduce(
+          tf.distribute.ReduceOp.MEAN, out["grad_norm"], axis=None)
+    n = tf.cast(num_steps, tf.float32)
+    return loss_sum / n, norm_sum / n
+
+  @tf.function
+  def eval_loop(self, dataset):
+    strategy = self.strategy
+    keys = ("loss_sum", "correct_sum", "weight_sum")
+    totals = tf.zeros([3])
+    for batch in dataset:
+      out = strategy.run(self._eval_step, args=(batch,))
+      totals += tf.stack([
+          strategy.reduce(tf.distribute.ReduceOp.SUM, out[k], axis=None)
+          for k in keys
+      ])
+    return dict(zip(keys, tf.unstack(totals)))
+
+  def evaluate(self, dataset):
+    totals = {k: float(v) for k, v in self.eval_loop(dataset).items()}
+    n = max(totals["weight_sum"], 1.0)
+    return dict(
+        loss=totals["loss_sum"] / n,
+        accuracy=totals["correct_sum"] / n,
+        examples=int(round(totals["weight_sum"])))
+
+
+def _next_boundary(step, c, total):
+  stop = min(total, step + c.steps_per_loop)
+  for every in (c.eval_every, c.checkpoint_every):
+    if every:
+      stop = min(stop, (step // every + 1) * every)
+  return stop
+
+
+class _Progress:
+  """Log lines with loss, speed and ETA; a bar on an interactive terminal."""
+
+  def __init__(self, total):
+    self.total = total
+    self.tty = sys.stderr.isatty()
+
+  def update(self, step, loss, lr, examples_per_second, eta_seconds):
+    eta = time.strftime("%H:%M:%S", time.gmtime(max(eta_seconds, 0)))
+    line = (f"step {step}/{self.total} loss {loss:.4f} lr {lr:.3g} "
+            f"{examples_per_second:.1f} examples/s ETA {eta}")
+    if self.tty:
+      done = int(30 * step / self.total)
+      sys.stderr.write(f"\r[{'#' * done}{'.' * (30 - done)}] {line}   ")
+      sys.stderr.flush()
+      if step >= self.total:
+        sys.stderr.write("\n")
+    logging.info(line)
+
+
+def run(c):
+  """Trains and evaluates per `c`; returns the summary dict (also written to
+  model_dir/summary.json)."""
+  config_lib.validate(c)
+  strategy = distribute.build_strategy(c.tpu, c.strategy)
+  config_lib.check_replicas(c, strategy.num_replicas_in_sync)
+  jit = resolve_jit(c, strategy)
+  tf.io.gfile.makedirs(c.model_dir)
+  preprocessor, encoder = load_models(c, strategy)
+  splits = input_pipeline.make_splits(c)
+  counts = count_splits(c, splits)
+  for name in ("train", "validation"):
+    if counts[name]["rows_used"] == 0:
+      raise TrainingError(
+          f"the {name} split has no usable rows ({counts[name]}); check the "
+          "data source flags, --label_map and --text_column/--label_column")
+  plan = make_plan(c, counts["train"]["rows_used"])
+  logging.info(
+      "Replicas: %d, jit_compile: %s, steps: %d (%d per epoch), warmup: %d",
+      strategy.num_replicas_in_sync, jit, plan.total_steps,
+      plan.steps_per_epoch, plan.warmup_steps)
+  _write_json(
+      os.path.join(c.model_dir, "config.json"),
+      dict(
+          config=dataclasses.asdict(c),
+          plan=dataclasses.asdict(plan),
+          replicas=strategy.num_replicas_in_sync,
+          jit_compile=jit,
+          tensorflow=tf.__version__))
+
+  trainer = Trainer(c, strategy, encoder, plan, jit)
+  trainer.restore()
+  packer = preprocessing.make_packer(preprocessor, c.seq_length)
+  eval_batch = c.eval_batch_size or c.batch_size
+
+  def eval_data(name):
+    ds = input_pipeline.eval_dataset(splits[name], packer, eval_batch)
+    return strategy.experimental_distribute_dataset(ds)
+
+  train_ds = input_pipeline.train_dataset(
+      splits["train"],
+      packer,
+      c.batch_size,
+      plan.steps_per_epoch,
+      start_step=trainer.step,
+      seed=c.seed,
+      shuffle_buffer=c.shuffle_buffer)
+  input_pipeline.check_int_features(train_ds.element_spec)
+  iterator = iter(strategy.experimental_distribute_dataset(train_ds))
+
+  summaries = os.path.join(c.model_dir, "summaries")
+  train_writer = tf.summary.create_file_writer(os.path.join(summaries, "train"))
+  eval_writer = tf.summary.create_file_writer(os.path.join(summaries, "eval"))
+  progress = _Progress(plan.total_steps)
+  train_loss, eval_metrics = float("nan"), None
+  loop_times = []  # (examples, seconds); the first loop also traces.
+  start_step = trainer.step
+
+  while trainer.step < plan.total_steps:
+    step = trainer.step
+    stop = _next_boundary(step, c, plan.total_steps)
+    lr = float(trainer.optimizer.learning_rate())
+    started = time.perf_counter()
+    loss, grad_norm = trainer.train_loop(iterator, tf.constant(stop - step))
+    train_loss, grad_norm = float(loss), float(grad_norm)
+    seconds = time.perf_counter() - started
+    if not math.isfinite(train_loss) or not math.isfinite(grad_norm):
+      raise TrainingError(
+          f"non-finite loss {train_loss} / grad norm {grad_norm} in steps "
+          f"{step}..{stop}; no checkpoint was written for them. Lower "
+          "--learning_rate or check the data.")
+    examples = (stop - step) * c.batch_size
+    loop_times.append((examples, seconds))
+    speed = examples / seconds
+    progress.update(stop, train_loss, lr, speed,
+                    (plan.total_steps - stop) * c.batch_size / speed)
+    with train_writer.as_default(step=stop):
+      tf.summary.scalar("train/loss", train_loss)
+      tf.summary.scalar("train/learning_rate", lr)
+      tf.summary.scalar("train/grad_norm", grad_norm)
+      tf.summary.scalar("train/examples_per_second", speed)
+    if c.eval_every and stop % c.eval_every == 0 and stop < plan.total_steps:
+      eval_metrics = _evaluate(trainer, eval_data("validation"), eval_writer,
+                               stop)
+    if c.checkpoint_every and stop % c.checkpoint_every == 0:
+      trainer.manager.save(checkpoint_number=stop)
+
+  latest = trainer.manager.latest_checkpoint
+  if latest is None or not latest.endswith(f"-{trainer.step}"):
+    trainer.manager.save(checkpoint_number=trainer.step)
+  eval_metrics = _evaluate(trainer, eval_data("validation"), eval_writer,
+                           trainer.step)
+  summary = dict(
+      final_step=trainer.step,
+      start_step=start_step,
+      train_loss=train_loss,
+      eval_accuracy=eval_metrics["accuracy"],
+      eval_loss=eval_metrics["loss"],
+      eval_examples=eval_metrics["examples"],
+      examples_per_second=_throughput(loop_times),
+      examples={name: counts[name]["rows_used"] for name in counts},
+      replicas=strategy.num_replicas_in_sync,
+      total_steps=plan.total_steps)
+  if "test" in splits:
+    test = trainer.evaluate(eval_data("test"))
+    summary.update(test_accuracy=test["accuracy"], test_loss=test["loss"])
+  summary.update(_flat_counts(counts))
+  train_writer.flush()
+  eval_writer.flush()
+  _write_json(os.path.join(c.model_dir, "summary.json"), summary)
+  logging.info("Done at step %d: eval accuracy %.4f, eval loss %.4f",
+               trainer.step, summary["eval_accuracy"], summary["eval_loss"])
+  return summary
+
+
+def _throughput(loop_times):
+  """Examples per second over the loops after the first (which traces)."""
+  timed = loop_times[1:] or loop_times
+  seconds = sum(s for _, s in timed)
+  return sum(e for e, _ in timed) / seconds if seconds else None
+
+
+def _evaluate(trainer, dataset, writer, step):
+  metrics = trainer.evaluate(dataset)
+  logging.info("eval at step %d: accuracy %.4f loss %.4f over %d examples",
+               step, metrics["accuracy"], metrics["loss"], metrics["examples"])
+  with writer.as_default(step=step):
+    tf.summary.scalar("eval/accuracy", metrics["accuracy"])
+    tf.summary.scalar("eval/loss", metrics["loss"])
+  return metrics
