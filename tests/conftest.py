@@ -20,8 +20,8 @@ tf.config.set_logical_device_configuration(
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-SHARED_CSV = os.path.join(os.path.dirname(ROOT), "shared", "data",
-                          "sentiment140_sample.csv")
+SHARED_CSV = os.path.join(
+    os.path.dirname(ROOT), "shared", "data", "sentiment140_sample.csv")
 
 from trainer import bert  # noqa: E402
 from trainer import demo  # noqa: E402
@@ -38,7 +38,8 @@ def no_dropout_encoder(tmp_path_factory, demo_paths):
   """A demo-sized encoder without dropout (replica-count comparisons)."""
   del demo_paths
   path = str(tmp_path_factory.mktemp("enc_nodrop") / "encoder")
-  config = bert.BertConfig(vocab_size=len(demo.vocabulary()),
-                           **dict(demo.DEMO_BERT, dropout_rate=0.0))
+  config = bert.BertConfig(
+      vocab_size=len(demo.vocabulary()),
+      **dict(demo.DEMO_BERT, dropout_rate=0.0))
   bert.save_encoder(bert.BertEncoder(config, seed=7), path)
   return path

@@ -34,7 +34,14 @@ def test_schedule_rejects_warmup_longer_than_run():
     optimization.WarmupLinearDecay(1.0, total_steps=10, warmup_steps=11)
 
 
-def _numpy_adamw(params, grads_seq, decay, lr_fn, wd, clip, b1=0.9, b2=0.999,
+def _numpy_adamw(params,
+                 grads_seq,
+                 decay,
+                 lr_fn,
+                 wd,
+                 clip,
+                 b1=0.9,
+                 b2=0.999,
                  eps=1e-6):
   params = [p.copy() for p in params]
   m = [np.zeros_like(p) for p in params]
@@ -59,28 +66,38 @@ def _numpy_adamw(params, grads_seq, decay, lr_fn, wd, clip, b1=0.9, b2=0.999,
 
 def test_adamw_matches_numpy_reference_with_decay_exclusion():
   rng = np.random.default_rng(0)
-  init = [rng.normal(size=(3, 4)).astype(np.float32),
-          rng.normal(size=(4,)).astype(np.float32),
-          rng.normal(size=(4,)).astype(np.float32)]
+  init = [
+      rng.normal(size=(3, 4)).astype(np.float32),
+      rng.normal(size=(4,)).astype(np.float32),
+      rng.normal(size=(4,)).astype(np.float32)
+  ]
   names = ["dense/kernel", "dense/bias", "layer_norm/gamma"]
   variables = [tf.Variable(x, name=n) for x, n in zip(init, names)]
-  schedule = optimization.WarmupLinearDecay(0.05, total_steps=10,
-                                            warmup_steps=3)
-  opt = optimization.AdamW(variables, schedule, weight_decay=0.1,
-                           clip_norm=1.0)
+  schedule = optimization.WarmupLinearDecay(
+      0.05, total_steps=10, warmup_steps=3)
+  opt = optimization.AdamW(variables, schedule, weight_decay=0.1, clip_norm=1.0)
   assert opt.decay_rates == [0.1, 0.0, 0.0]
-  grads_seq = [[rng.normal(size=x.shape).astype(np.float32) * 2 for x in init]
+  grads_seq = [[rng.normal(size=x.shape).astype(np.float32) * 2
+                for x in init]
                for _ in range(10)]
   norms = []
   for grads in grads_seq:
     norms.append(float(opt.apply([tf.constant(g) for g in grads])))
-  want = _numpy_adamw(init, grads_seq, [True, False, False],
-                      lambda s: float(schedule(s)), wd=0.1, clip=1.0)
+  want = _numpy_adamw(
+      init,
+      grads_seq, [True, False, False],
+      lambda s: float(schedule(s)),
+      wd=0.1,
+      clip=1.0)
   for var, ref in zip(variables, want):
     np.testing.assert_allclose(var.numpy(), ref, rtol=1e-5, atol=1e-6)
   assert int(opt.iterations) == 10
   # Reported norms are before clipping (all of these were clipped).
   np.testing.assert_allclose(
-      norms, [np.sqrt(sum((g.astype(np.float64)**2).sum() for g in gs))
-              for gs in grads_seq], rtol=1e-5)
+      norms, [
+          np.sqrt(sum((g.astype(np.float64)**2).sum()
+                      for g in gs))
+          for gs in grads_seq
+      ],
+      rtol=1e-5)
   assert min(norms) > 1.0

@@ -40,19 +40,20 @@ def test_whole_replica_step_compiles_with_xla(demo_paths):
   preprocessor = hub.load(demo_paths["preprocessor"])
   strategy = tf.distribute.get_strategy()
   model, opt = _build(strategy, demo_paths["encoder"], dropout=0.1)
-  step = tf.function(train_step.make_train_step(model, opt, BATCH),
-                     jit_compile=True)
+  step = tf.function(
+      train_step.make_train_step(model, opt, BATCH), jit_compile=True)
   before = [v.numpy().copy() for v in model.trainable_variables]
   out = step(_batch(preprocessor))
   assert np.isfinite(float(out["loss"])) and float(out["grad_norm"]) > 0
   assert int(opt.iterations) == 1
-  changed = [not np.array_equal(b, v.numpy())
-             for b, v in zip(before, model.trainable_variables)]
+  changed = [
+      not np.array_equal(b, v.numpy())
+      for b, v in zip(before, model.trainable_variables)
+  ]
   assert all(changed)
 
 
-def test_negative_control_string_preprocessor_inside_step_fails_xla(
-    demo_paths):
+def test_negative_control_string_preprocessor_inside_step_fails_xla(demo_paths):
   """The common recipe's mistake: text ops inside the compiled step."""
   preprocessor = hub.load(demo_paths["preprocessor"])
   model, opt = _build(tf.distribute.get_strategy(), demo_paths["encoder"])
@@ -68,9 +69,9 @@ def test_negative_control_string_preprocessor_inside_step_fails_xla(
   # XLA on CPU fails like the TPU rewrite does: the lookup-table resource is
   # handed to the compiled cluster as if it were a variable (RET_CHECK), or
   # a string op is refused outright.
-  with pytest.raises((tf.errors.InvalidArgumentError,
-                      tf.errors.UnimplementedError,
-                      tf.errors.InternalError)) as info:
+  with pytest.raises(
+      (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError,
+       tf.errors.InternalError)) as info:
     step_with_strings(tf.constant(TEXTS), tf.zeros([BATCH], tf.int32))
   message = str(info.value)
   assert ("RET_CHECK" in message or "compil" in message.lower() or

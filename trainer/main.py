@@ -139,7 +139,6 @@ def main(argv):
     c = config_lib.validate(config_from_flags())
     train_lib.run(c)
   except errors.USER_ERRORS as e:
-    logging.error("%s", e)
     print(f"error: {e}", file=sys.stderr)
     sys.exit(EXIT_BAD_INPUT)
 
