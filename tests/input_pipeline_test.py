@@ -78,11 +78,10 @@ def _write_csv(path, rows):
 
 def _split(path, label_map=None):
   return input_pipeline.Split(
-      "train",
-      sources.CsvSource(str(path), "text", "label", label_map or {
+      "train", sources.FileSource(str(path), label_map or {
           0: 0,
           1: 1
-      }))
+      }, "csv"))
 
 
 def test_distributed_train_data_is_int32_and_static(tmp_path, preprocessor):
@@ -189,11 +188,7 @@ def test_tfds_sentiment140_maps_0_4_and_excludes_neutral():
 
 def test_validation_carve_is_deterministic_and_disjoint(tmp_path):
   _write_csv(tmp_path / "d.csv", [(f"row {i}", i % 2) for i in range(200)])
-  src = sources.CsvSource(
-      str(tmp_path / "d.csv"), "text", "label", {
-          0: 0,
-          1: 1
-      })
+  src = sources.FileSource(str(tmp_path / "d.csv"), {0: 0, 1: 1}, "csv")
   parts = {
       h: [
           int(r["index"])

@@ -6,6 +6,7 @@ naming the flag, the bad value and what would be valid. Checks that need the
 loaded encoder (sequence length vs. positions) live in `train_lib`.
 """
 
+import codecs
 import dataclasses
 import json
 import os
@@ -37,10 +38,16 @@ class Config:
   label_key: str = ""
   train_file: str = ""
   eval_file: str = ""
+  test_file: str = ""
+  file_format: str = "auto"
   text_column: str = "text"
   label_column: str = "label"
+  encoding: str = ""
   label_map: str = ""
   num_classes: int = 2
+  label_names: str = ""
+  max_bad_fraction: float = 0.01
+  read_stripes: int = 16
   validation_fraction: float = 0.05
   seq_length: int = 64
   batch_size: int = 32
@@ -73,12 +80,23 @@ class Config:
     return "demo"
 
   def resolved_label_map(self):
-    """The raw-label -> class-id map for this run's data source."""
+    """The raw-label -> class-id map for this run's data source.
+
+    Sentiment140 (TFDS, or a file in its layout, which `input_pipeline`
+    resolves) defaults to 0:0,4:1; anything else to the identity.
+    """
     if self.label_map:
       return sources.parse_label_map(self.label_map)
     if self.source_kind == "tfds" and self.tfds_name.startswith("sentiment140"):
       return {0: 0, 4: 1}
     return {i: i for i in range(self.num_classes)}
+
+  def resolved_label_names(self):
+    if self.label_names:
+      return [n.strip() for n in self.label_names.split(",")]
+    if self.num_classes == 2:
+      return ["negative", "positive"]
+    return [f"class_{i}" for i in range(self.num_classes)]
 
 
 def _fail(flag, value, valid):
@@ -122,8 +140,26 @@ def validate(c):
   if c.train_file and not _is_remote(c.train_file) and not tf.io.gfile.exists(
       c.train_file):
     _fail("train_file", c.train_file, "no such file")
-  if c.eval_file and not c.train_file:
-    _fail("eval_file", c.eval_file, "needs --train_file")
+  for flag in ("eval_file", "test_file"):
+    path = getattr(c, flag)
+    if path and not c.train_file:
+      _fail(flag, path, "needs --train_file")
+    if path and not _is_remote(path) and not tf.io.gfile.exists(path):
+      _fail(flag, path, "no such file")
+  if c.file_format not in ("auto", "sentiment140", "csv", "tsv"):
+    _fail("file_format", c.file_format,
+          "choose one of auto, sentiment140, csv, tsv")
+  if c.encoding:
+    try:
+      codecs.lookup(c.encoding)
+    except LookupError:
+      _fail("encoding", c.encoding, "not a codec Python knows (e.g. utf-8, "
+            "iso-8859-1)")
+  if not 0.0 <= c.max_bad_fraction <= 1.0:
+    _fail("max_bad_fraction", c.max_bad_fraction, "must be in [0, 1]")
+  if len(c.resolved_label_names()) != c.num_classes:
+    _fail("label_names", c.label_names, f"give {c.num_classes} comma-"
+          "separated names, one per class")
   if c.num_classes < 2:
     _fail("num_classes", c.num_classes, "must be at least 2")
   try:
@@ -160,7 +196,8 @@ def validate(c):
     _fail("clip_norm", c.clip_norm, "must be >= 0 (0 disables clipping)")
   if not 0.0 <= c.dropout_rate < 1.0:
     _fail("dropout_rate", c.dropout_rate, "must be in [0, 1)")
-  for flag in ("steps_per_loop", "keep_checkpoints", "shuffle_buffer"):
+  for flag in ("steps_per_loop", "keep_checkpoints", "shuffle_buffer",
+               "read_stripes"):
     if getattr(c, flag) < 1:
       _fail(flag, getattr(c, flag), "must be >= 1")
   for flag in ("eval_every", "checkpoint_every"):

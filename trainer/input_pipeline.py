@@ -11,9 +11,11 @@ stream from the source through a bounded shuffle buffer.
 import dataclasses
 import os
 
+from absl import logging
 import tensorflow as tf
 
 from trainer import demo
+from trainer import files
 from trainer import sources
 
 _BUCKETS = 10_000
@@ -34,33 +36,112 @@ class Split:
   fraction: float = 0.0
   seed: int = 0
 
-  def records(self):
-    ds = self.source.records()
+  def chunks(self, stripes=1):
+    """The split's records in chunks (dicts of equal-length vectors)."""
+    ds = self.source.chunks(stripes=stripes)
     if self.holdout is None:
       return ds
     threshold = int(round(self.fraction * _BUCKETS))
     seed, holdout = self.seed, self.holdout
 
-    def keep(r):
-      key = tf.strings.format("{}:{}", (seed, r["index"]))
-      held = tf.strings.to_hash_bucket_fast(key, _BUCKETS) < threshold
-      return tf.equal(held, holdout)
+    def keep(chunk):
+      keys = tf.strings.join(
+          [str(seed), tf.strings.as_string(chunk["index"])], separator=":")
+      held = tf.strings.to_hash_bucket_fast(keys, _BUCKETS) < threshold
+      mask = tf.equal(held, holdout)
+      return {k: tf.boolean_mask(v, mask) for k, v in chunk.items()}
 
-    return ds.filter(keep)
+    return ds.map(keep, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+  def records(self, stripes=1):
+    """One record (dict of scalars) per row."""
+    return self.chunks(stripes).unbatch()
+
+  def describe(self):
+    part = ""
+    if self.holdout is not None:
+      part = (f" ({'held-out' if self.holdout else 'remaining'} "
+              f"{self.fraction if self.holdout else 1 - self.fraction:.0%})")
+    return self.source.describe() + part
+
+
+# Text and label features of TFDS datasets people train on (others: flags).
+TFDS_KEYS = {
+    "sentiment140": ("text", "polarity"),
+    "imdb_reviews": ("text", "label"),
+    "glue/sst2": ("sentence", "label"),
+    "yelp_polarity_reviews": ("text", "label"),
+    "ag_news_subset": ("description", "label"),
+}
 
 
 def _tfds_splits(name, data_dir):
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
   try:
-    return set(tfds.builder(name, data_dir=data_dir or None).info.splits)
+    return set(tfds.builder(name, data_dir=data_dir).info.splits)
   except Exception as e:  # Unknown name, unreadable data_dir, ...
     raise sources.DataError(
         f"--tfds_name={name}: {sources.first_line(e)}") from None
 
 
+def _tfds(config, label_map, carve):
+  name, data_dir = config.tfds_name, config.data_dir or None
+  available = _tfds_splits(name, data_dir)
+  default_text, default_label = TFDS_KEYS.get(
+      name.split(":")[0], ("text", "label"))
+  make = lambda split: sources.TfdsSource(name, split, data_dir, config.text_key
+                                          or default_text, config.label_key or
+                                          default_label, label_map)
+  if "validation" in available:
+    splits = dict(
+        train=Split("train", make("train")),
+        validation=Split("validation", make("validation")))
+  else:
+    splits = carve(make("train"))
+  if "test" in available:
+    splits["test"] = Split("test", make("test"))
+  return splits
+
+
+def _zip_member(path, split):
+  """The Sentiment140 zip holds the train and the test CSV; pick by name."""
+  members = [m for m in files.zip_members(path) if not m.endswith("/")]
+  wanted = "train" if split == "train" else "test"
+  named = [m for m in members if wanted in m.lower()]
+  if named:
+    return named[0]
+  if split == "train" and len(members) == 1:
+    return members[0]
+  if split == "train":
+    raise sources.DataError(
+        f"{path}: cannot tell which member is the training data among "
+        f"{members}; extract it and pass the file")
+  return None
+
+
+def _file_source(config, path, split, label_map=None):
+  member = ""
+  if path.lower().endswith(".zip"):
+    member = _zip_member(path, split)
+    if member is None:
+      return None
+  source = sources.FileSource(path, {}, config.file_format, config.text_column,
+                              config.label_column, config.encoding, member)
+  layout = source.layout()
+  if label_map is None:
+    if config.label_map:
+      label_map = sources.parse_label_map(config.label_map)
+    elif layout.file_format == "sentiment140":
+      label_map = {0: 0, 4: 1}
+    else:
+      label_map = {i: i for i in range(config.num_classes)}
+  logging.info("%s: %s; label map %s", source.describe(), layout.describe(),
+               label_map)
+  return dataclasses.replace(source, label_map=label_map)
+
+
 def make_splits(config):
   """Returns {"train": Split, "validation": Split[, "test": Split]}."""
-  label_map = config.resolved_label_map()
   seed, fraction = config.seed, config.validation_fraction
 
   def carve(source):
@@ -68,46 +149,39 @@ def make_splits(config):
         train=Split("train", source, False, fraction, seed),
         validation=Split("validation", source, True, fraction, seed))
 
+  if config.source_kind == "tfds":
+    return _tfds(config, config.resolved_label_map(), carve)
   if config.source_kind == "demo":
     paths = demo.ensure_assets(config.demo_cache_dir or None)
-    csv = lambda p: sources.CsvSource(p, "text", "label", {0: 0, 1: 1})
+    csv = lambda p: sources.FileSource(p, {0: 0, 1: 1}, "csv")
     return dict(
         train=Split("train", csv(paths["train"])),
         validation=Split("validation", csv(paths["validation"])))
-  if config.source_kind == "file":
-    csv = lambda p: sources.CsvSource(
-        p,
-        config.text_column,
-        config.label_column,
-        label_map,
-        delimiter="\t" if p.endswith(".tsv") else ",")
-    if config.eval_file:
-      return dict(
-          train=Split("train", csv(config.train_file)),
-          validation=Split("validation", csv(config.eval_file)))
-    return carve(csv(config.train_file))
-  name, data_dir = config.tfds_name, config.data_dir or None
-  available = _tfds_splits(name, data_dir)
-  text_key = config.text_key or "text"
-  label_key = config.label_key or ("polarity" if name.startswith("sentiment140")
-                                   else "label")
-  tfds_source = lambda split: sources.TfdsSource(name, split, data_dir,
-                                                 text_key, label_key, label_map)
-  if "validation" in available:
+  train = _file_source(config, config.train_file, "train")
+  splits = carve(train)
+  if config.eval_file:
     splits = dict(
-        train=Split("train", tfds_source("train")),
-        validation=Split("validation", tfds_source("validation")))
-  else:
-    splits = carve(tfds_source("train"))
-  if "test" in available:
-    splits["test"] = Split("test", tfds_source("test"))
+        train=Split("train", train),
+        validation=Split(
+            "validation",
+            _file_source(config, config.eval_file, "validation",
+                         train.label_map)))
+  test_path = config.test_file or (
+      config.train_file if config.train_file.lower().endswith(".zip") else "")
+  test = test_path and _file_source(config, test_path, "test", train.label_map)
+  if test:
+    splits["test"] = Split("test", test)
   return splits
 
 
-def count(split):
-  """One pass over a split: rows read, used and rejected per reason."""
+def count(split, limit=None):
+  """One pass over a split (or its first `limit` rows): rows read, used and
+  rejected per reason."""
   n = len(sources.REASONS)
-  totals = split.records().map(
+  records = split.records()
+  if limit:
+    records = records.take(limit)
+  totals = records.map(
       lambda r: tf.one_hot(r["reason"], n, dtype=tf.int64),
       num_parallel_calls=tf.data.AUTOTUNE).reduce(
           tf.zeros([n], tf.int64), lambda a, b: a + b).numpy()
@@ -118,9 +192,42 @@ def count(split):
       rows_read=int(totals.sum()), rows_used=int(totals[0]), rejected=rejected)
 
 
-def _usable(split):
-  return split.records().filter(lambda r: tf.equal(r["reason"], 0)).map(
-      lambda r: (r["text"], tf.cast(r["label"], tf.int32)))
+# Rejections that mean "this input is broken"; labels outside the map (e.g.
+# Sentiment140's neutral test rows) are an expected exclusion instead.
+BAD_REASONS = ("label_not_a_number", "empty_text", "malformed_row",
+               "invalid_utf8")
+
+
+def check_bad_fraction(split, counts, max_fraction):
+  """Raises DataError naming the file, count, reason and example lines when
+  more than `max_fraction` of the split's rows are broken."""
+  bad = {r: counts["rejected"].get(r, 0) for r in BAD_REASONS}
+  total_bad = sum(bad.values())
+  if not counts["rows_read"] or total_bad <= max_fraction * counts["rows_read"]:
+    return
+  reason = max(bad, key=bad.get)
+  reason_id = sources.REASONS.index(reason)
+  lines = [
+      int(r["line"]) for r in split.records().filter(
+          lambda r: tf.equal(r["reason"], reason_id)).take(3)
+  ]
+  detail = ", ".join(f"{r}: {n}" for r, n in bad.items() if n)
+  raise sources.DataError(
+      f"{split.describe()}: {total_bad} of {counts['rows_read']} rows "
+      f"rejected ({detail}), more than --max_bad_fraction={max_fraction}; "
+      f"most are {reason}, e.g. lines {', '.join(map(str, lines))}. Check "
+      "--file_format, --text_column/--label_column and --encoding.")
+
+
+def _usable(split, stripes=1):
+  """(text, label) of the usable rows, one element per row."""
+
+  def usable(chunk):
+    mask = tf.equal(chunk["reason"], 0)
+    return (tf.boolean_mask(chunk["text"], mask),
+            tf.cast(tf.boolean_mask(chunk["label"], mask), tf.int32))
+
+  return split.chunks(stripes).map(usable).unbatch()
 
 
 def _pack_batch(packer):
@@ -139,12 +246,14 @@ def train_dataset(split,
                   steps_per_epoch,
                   start_step=0,
                   seed=0,
-                  shuffle_buffer=100_000):
+                  shuffle_buffer=100_000,
+                  read_stripes=1):
   """The endless training stream, positioned at `start_step`.
 
-  Epoch e is the split's usable rows shuffled with seed (seed, e) through a
-  bounded buffer, cut into `steps_per_epoch` full batches (the remainder is
-  dropped so shapes never change). The first `start_step` batches are skipped
+  Epoch e is the split's usable rows (a file read at `read_stripes` places
+  in round-robin) shuffled with seed (seed, e) through a bounded buffer, cut
+  into `steps_per_epoch` full batches (the remainder is dropped so shapes
+  never change). The first `start_step` batches are skipped
   before any tokenization.
 
   Returns:
@@ -152,7 +261,7 @@ def train_dataset(split,
     [global_batch_size, seq_length] and int32 `label` [global_batch_size].
   """
   start_epoch, offset = divmod(start_step, steps_per_epoch)
-  base = _usable(split)
+  base = _usable(split, read_stripes)
 
   def epoch(e):
     epoch_seed = tf.bitwise.bitwise_xor(

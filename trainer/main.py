@@ -59,6 +59,31 @@ flags.DEFINE_string(
 flags.DEFINE_string("label_column", _D.label_column, "Label column (name or "
                     "0-based index).")
 flags.DEFINE_string(
+    "test_file", _D.test_file,
+    "Test CSV/TSV, evaluated at the end (the Sentiment140 zip "
+    "supplies its own).")
+flags.DEFINE_enum(
+    "file_format", _D.file_format, ["auto", "sentiment140", "csv", "tsv"],
+    "sentiment140: six columns, no header, quoted, ISO-8859-1 "
+    "(a header copy is detected too); csv/tsv: a header row. "
+    "auto detects, and logs what it found.")
+flags.DEFINE_string(
+    "encoding", _D.encoding,
+    "File encoding ('' = utf-8 if the start decodes, else "
+    "iso-8859-1).")
+flags.DEFINE_string(
+    "label_names", _D.label_names,
+    "Comma-separated class names, saved with the model ('' = "
+    "negative,positive for 2 classes).")
+flags.DEFINE_float(
+    "max_bad_fraction", _D.max_bad_fraction,
+    "Stop when more than this share of a split's rows is "
+    "malformed (labels outside --label_map do not count).")
+flags.DEFINE_integer(
+    "read_stripes", _D.read_stripes,
+    "A training file is read at this many places at once "
+    "so a label-sorted file gives mixed batches.")
+flags.DEFINE_string(
     "label_map", _D.label_map,
     "raw:class pairs, e.g. 0:0,4:1 ('' = 0:0,4:1 for "
     "sentiment140, else identity). Other labels are excluded "

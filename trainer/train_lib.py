@@ -26,6 +26,7 @@ from trainer import preprocessing
 from trainer import train_step
 
 CHECKPOINT_SUBDIR = "checkpoints"
+_HEAD_ROWS = 2000
 
 
 class TrainingError(RuntimeError):
@@ -109,9 +110,14 @@ def count_splits(c, splits):
   cached = _read_json(path)
   if cached and cached.get("key") == key:
     return cached["counts"]
+  for name, split in splits.items():
+    # Fail fast on a wrong layout before reading millions of rows.
+    head = input_pipeline.count(split, limit=_HEAD_ROWS)
+    input_pipeline.check_bad_fraction(split, head, c.max_bad_fraction)
   counts = {}
   for name, split in splits.items():
     counts[name] = input_pipeline.count(split)
+    input_pipeline.check_bad_fraction(split, counts[name], c.max_bad_fraction)
     logging.info("Split %s: %d rows read, %d used, rejected %s", name,
                  counts[name]["rows_read"], counts[name]["rows_used"],
                  counts[name]["rejected"] or "none")
@@ -340,7 +346,7 @@ def run(c):
       examples={name: counts[name]["rows_used"] for name in counts},
       replicas=strategy.num_replicas_in_sync,
       total_steps=plan.total_steps)
-  if "test" in splits:
+  if counts.get("test", {}).get("rows_used"):
     test = trainer.evaluate(eval_data("test"))
     summary.update(test_accuracy=test["accuracy"], test_loss=test["loss"])
   summary.update(_flat_counts(counts))

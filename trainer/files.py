@@ -1,0 +1,267 @@
+"""Delimited text files: layout detection and robust, resumable row parsing.
+
+Supports the Sentiment140 layout (six columns target,ids,date,flag,user,text;
+no header, every field quoted, ISO-8859-1 — or the same with a header, as in
+copies people make), CSV and TSV with a header row, plain or inside a zip
+(the original `trainingandtestdata.zip`), on any filesystem `tf.io.gfile`
+knows (local, gs://, ram://).
+
+Rows are parsed one physical line at a time; a line whose quotes do not
+balance is joined with the next lines (a quoted field may span lines) up to
+`MAX_JOINED_LINES`, after which it is a malformed row and parsing resumes on
+the following line — one broken quote never swallows the rest of the file.
+Every row yields its fate (see `sources.REASONS`); nothing is dropped
+silently.
+"""
+
+import collections
+import csv
+import dataclasses
+import zipfile
+
+import tensorflow as tf
+
+FORMATS = ("auto", "sentiment140", "csv", "tsv")
+SENTIMENT140_HEADER = ["target", "ids", "date", "flag", "user", "text"]
+MAX_JOINED_LINES = 50
+# Python's csv module refuses longer fields; 100,000-character tweets fit.
+csv.field_size_limit(16 * 1024 * 1024)
+
+# Why a row was not used; 0 means it was. Counted per split in summary.json.
+REASONS = ("ok", "label_not_in_map", "label_not_a_number", "empty_text",
+           "malformed_row", "invalid_utf8")
+OK, NOT_A_NUMBER, MALFORMED, INVALID_UTF8 = 0, 2, 4, 5
+
+
+class DataError(ValueError):
+  """A data source is missing, unreadable or of the wrong format."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+  """How to read a file: decided once from its first bytes and the flags."""
+
+  file_format: str
+  delimiter: str
+  has_header: bool
+  width: int
+  text_index: int
+  label_index: int
+  encoding: str
+
+  def describe(self):
+    header = "with a header" if self.has_header else "no header"
+    return (f"{self.file_format} layout ({self.width} columns, {header}, "
+            f"text column {self.text_index}, label column "
+            f"{self.label_index}, {self.encoding})")
+
+
+def open_binary(path, member=""):
+  """Opens `path` (or `member` of the zip at `path`) for binary reading."""
+  if not tf.io.gfile.exists(path):
+    raise DataError(f"data file {path} does not exist")
+  if not path.lower().endswith(".zip"):
+    return tf.io.gfile.GFile(path, "rb")
+  archive = zipfile.ZipFile(tf.io.gfile.GFile(path, "rb"))
+  names = archive.namelist()
+  if member not in names:
+    raise DataError(f"{path} has no member {member!r}; it holds {names}")
+  return archive.open(member)
+
+
+def zip_members(path):
+  with zipfile.ZipFile(tf.io.gfile.GFile(path, "rb")) as archive:
+    return archive.namelist()
+
+
+def _detect_encoding(sample):
+  """utf-8 unless the sample has more invalid sequences than a few bad rows
+  would explain (a latin-1 file fails on nearly every accented character)."""
+  # Cut at the last newline so a multi-byte character is never split.
+  cut = sample[:sample.rfind(b"\n") + 1] or sample
+  errors = cut.decode("utf-8", errors="replace").count("\ufffd")
+  errors -= cut.count(b"\xef\xbf\xbd")  # U+FFFD present in the file itself
+  lines = cut.count(b"\n")
+  return "utf-8" if errors <= max(8, lines // 1000) else "iso-8859-1"
+
+
+def _resolve_column(value, header, flag, path):
+  if header and value in header:
+    return header.index(value)
+  if value.isdigit():
+    return int(value)
+  raise DataError(
+      f"{path}: no column {value!r} ({flag}); the header has {header}. Give a "
+      "column name or a 0-based index")
+
+
+def detect_layout(path,
+                  member="",
+                  file_format="auto",
+                  text_column="text",
+                  label_column="label",
+                  encoding=""):
+  """Reads the first bytes of the file and decides how to parse it."""
+  if file_format not in FORMATS:
+    raise DataError(f"--file_format={file_format!r}: choose one of "
+                    f"{', '.join(FORMATS)}")
+  with open_binary(path, member) as f:
+    sample = f.read(1 << 20)
+  if not sample.strip():
+    raise DataError(f"data file {path} {member} is empty")
+  first_line = sample.split(b"\n", 1)[0].decode("utf-8", errors="replace")
+  name = (member or path).lower()
+  delimiter = "\t" if file_format == "tsv" or (file_format == "auto" and
+                                               name.endswith(".tsv")) else ","
+  first = next(csv.reader([first_line], delimiter=delimiter), [])
+  s140_header = [c.strip().lower() for c in first] == SENTIMENT140_HEADER
+  s140_row = (
+      len(first) == 6 and first[0].strip() in ("0", "2", "4") and
+      first[1].strip().isdigit())
+  if file_format == "auto":
+    file_format = "sentiment140" if s140_header or s140_row else (
+        "tsv" if delimiter == "\t" else "csv")
+  if file_format == "sentiment140":
+    if len(first) != 6:
+      raise DataError(
+          f"{path}: --file_format=sentiment140 expects six columns "
+          f"(target,ids,date,flag,user,text) but the first line has "
+          f"{len(first)}: {first_line[:120]!r}")
+    # The original file is ISO-8859-1; a copy with a header is whatever its
+    # maker saved it as (the shared sample is UTF-8).
+    if not encoding:
+      encoding = _detect_encoding(sample) if s140_header else "iso-8859-1"
+    return Layout("sentiment140", ",", s140_header, 6, 5, 0, encoding)
+  encoding = encoding or _detect_encoding(sample)
+  header = [c.strip() for c in first]
+  text_index = _resolve_column(text_column, header, "--text_column", path)
+  label_index = _resolve_column(label_column, header, "--label_column", path)
+  if max(text_index, label_index) >= len(header):
+    raise DataError(
+        f"{path}: column index {max(text_index, label_index)} is outside the "
+        f"{len(header)} columns of the header {header}")
+  return Layout(file_format, delimiter, True, len(header), text_index,
+                label_index, encoding)
+
+
+def _quotes_balanced(text):
+  return text.count('"') % 2 == 0
+
+
+def _decode(raw, encoding):
+  try:
+    return raw.decode(encoding), False
+  except UnicodeDecodeError:
+    return raw.decode(encoding, errors="replace"), True
+
+
+def parse(stream, layout, index=0, line=1, skip_header=True):
+  """Yields (index, line, offset, text, raw_label, reason) for each row.
+
+  Args:
+    stream: binary file object positioned at a row start.
+    layout: the file's `Layout`.
+    index: 0-based row index of the first row read.
+    line: 1-based physical line number of the first line read.
+    skip_header: whether the stream starts at the header row.
+
+  `offset` is the byte offset, relative to where the stream started, of the
+  row's first line; `text` is a str ('' when rejected), `raw_label` an int
+  (-1 when rejected).
+  """
+  offset = 0
+  if skip_header and layout.has_header:
+    header = stream.readline()
+    offset += len(header)
+    line += 1
+  lines = iter(stream)
+  pushed_back = collections.deque()
+
+  def next_line():
+    nonlocal offset, line
+    if pushed_back:
+      return pushed_back.popleft()
+    raw = next(lines, None)
+    if raw is None:
+      return None
+    item = (offset, line, raw)
+    offset += len(raw)
+    line += 1
+    return item
+
+  while True:
+    first = next_line()
+    if first is None:
+      return
+    group = [first]
+    while True:
+      text_line, invalid = _decode(b"".join(raw for _, _, raw in group),
+                                   layout.encoding)
+      if _quotes_balanced(text_line):
+        fields = _fields(text_line, invalid, layout)
+        if len(group) == 1 or fields[2] != MALFORMED:
+          yield (index, first[1], first[0]) + fields
+          break
+        # Joining lines balanced the quotes but did not make one good row:
+        # the first line was broken on its own.
+        following = None
+      else:
+        following = next_line() if len(group) < MAX_JOINED_LINES else None
+      if following is None:
+        # An unterminated quote: only its first line is lost; the lines
+        # after it are parsed again as rows of their own.
+        yield (index, first[1], first[0], "", -1, MALFORMED)
+        pushed_back.extendleft(reversed(group[1:]))
+        break
+      group.append(following)
+    index += 1
+
+
+def _fields(text_line, invalid, layout):
+  """(text, raw_label, reason) of one complete row."""
+  body = text_line.rstrip("\r\n")
+  try:
+    fields = next(
+        csv.reader([body], delimiter=layout.delimiter, strict=True), [])
+  except csv.Error:
+    return "", -1, MALFORMED
+  if len(fields) != layout.width:
+    return "", -1, MALFORMED
+  if invalid:
+    return "", -1, INVALID_UTF8
+  try:
+    label = int(fields[layout.label_index].strip())
+  except ValueError:
+    return "", -1, NOT_A_NUMBER
+  return fields[layout.text_index], label, OK
+
+
+def scan_offsets(path, member, layout, max_marks=4096):
+  """One pass over the file: (index, line, byte offset) marks and the total
+  row count. Marks are every `stride`-th row, the stride doubling whenever
+  there are more than `max_marks`: memory stays O(max_marks) for any file."""
+  marks, stride, total = [], 1, 0
+  with open_binary(path, member) as f:
+    for index, line, offset, *_ in parse(f, layout):
+      if index % stride == 0:
+        marks.append((index, line, offset))
+        if len(marks) > max_marks:
+          marks, stride = marks[::2], stride * 2
+      total = index + 1
+  return marks, total
+
+
+def read_rows(path, member, layout, start=None, stop_index=None):
+  """Yields rows from `start` = (index, line, offset) up to `stop_index`."""
+  with open_binary(path, member) as f:
+    if start is None or start[0] == 0:
+      rows = parse(f, layout)
+    else:
+      index, line, offset = start
+      f.seek(offset)
+      rows = parse(f, layout, index=index, line=line, skip_header=False)
+      rows = ((i, ln, off + offset, *rest) for i, ln, off, *rest in rows)
+    for row in rows:
+      if stop_index is not None and row[0] >= stop_index:
+        return
+      yield row
