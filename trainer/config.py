@@ -67,6 +67,7 @@ class Config:
   seed: int = 42
   jit_compile: bool | None = None
   demo_cache_dir: str = ""
+  export: bool = True
 
   def to_json(self):
     return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)

@@ -219,7 +219,7 @@ def check_bad_fraction(split, counts, max_fraction):
       "--file_format, --text_column/--label_column and --encoding.")
 
 
-def _usable(split, stripes=1):
+def usable_rows(split, stripes=1):
   """(text, label) of the usable rows, one element per row."""
 
   def usable(chunk):
@@ -261,7 +261,7 @@ def train_dataset(split,
     [global_batch_size, seq_length] and int32 `label` [global_batch_size].
   """
   start_epoch, offset = divmod(start_step, steps_per_epoch)
-  base = _usable(split, read_stripes)
+  base = usable_rows(split, read_stripes)
 
   def epoch(e):
     epoch_seed = tf.bitwise.bitwise_xor(
@@ -302,7 +302,7 @@ def eval_dataset(split, packer, global_batch_size):
         [global_batch_size])
     return out
 
-  ds = _usable(split).batch(global_batch_size).map(
+  ds = usable_rows(split).batch(global_batch_size).map(
       pad, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   return ds.prefetch(tf.data.AUTOTUNE)
 

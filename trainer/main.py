@@ -130,6 +130,11 @@ flags.DEFINE_string(
     "Where the demo model and data are built ('' = "
     "~/.cache/bert_tpu_trainer or $BERT_TRAINER_CACHE).")
 
+flags.DEFINE_bool(
+    "export", _D.export,
+    "At the end, export a SavedModel serving raw strings to "
+    "model_dir/export/<step>/ (see trainer.export).")
+
 FLAGS = flags.FLAGS
 EXIT_BAD_INPUT = 2
 

@@ -140,7 +140,12 @@ _ENTITIES = (("&quot;", '"'), ("&#39;", "'"), ("&apos;", "'"), ("&lt;", "<"),
 
 
 def clean_text(strings):
-  """Decodes common HTML entities; strings [batch] tf.string -> same shape."""
+  """Repairs invalid UTF-8 (U+FFFD) and decodes common HTML entities.
+
+  strings: [batch] tf.string -> same shape.
+  """
+  strings = tf.strings.unicode_transcode(
+      strings, "UTF-8", "UTF-8", errors="replace")
   for entity, char in _ENTITIES:
     strings = tf.strings.regex_replace(strings, entity, char)
   return strings

@@ -353,9 +353,24 @@ def run(c):
   train_writer.flush()
   eval_writer.flush()
   _write_json(os.path.join(c.model_dir, "summary.json"), summary)
+  if c.export:
+    summary["export_dir"] = _export(c, strategy, trainer.step)
+  _write_json(os.path.join(c.model_dir, "summary.json"), summary)
   logging.info("Done at step %d: eval accuracy %.4f, eval loss %.4f",
                trainer.step, summary["eval_accuracy"], summary["eval_loss"])
   return summary
+
+
+def _export(c, strategy, step):
+  from trainer import export  # pylint: disable=g-import-not-at-top
+  target = os.path.join(c.model_dir, "export", str(step))
+  if tf.io.gfile.exists(target):
+    logging.info("Export for step %d exists already: %s", step, target)
+    return target
+  # Rebuilt on the host from the checkpoint just written, so nothing of the
+  # accelerator's state is saved; TPU hosts still write through localhost.
+  io_device = "/job:localhost" if distribute.is_tpu(strategy) else None
+  return export.export(c.model_dir, io_device=io_device)
 
 
 def _throughput(loop_times):

@@ -1,0 +1,240 @@
+"""Export, predict and evaluate: the trained model serving raw strings."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from trainer import config as config_lib
+from trainer import export
+from trainer import input_pipeline
+from trainer import metrics
+from trainer import preprocessing
+from trainer import sources
+from trainer import train_lib
+from trainer import train_step
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TEXTS = [
+    "the movie was great", "my day was awful", "&quot;lovely&quot; food",
+    "Caf\u00e9 r\u00e9sum\u00e9 \U0001F600 @user http://t.co/x", "zzz qqq",
+    "the service was horrible " * 30
+]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, demo_paths):
+  model_dir = str(tmp_path_factory.mktemp("run"))
+  c = config_lib.Config(
+      model_dir=model_dir,
+      demo_cache_dir=demo_paths["root"],
+      train_steps=20,
+      seq_length=32,
+      batch_size=16,
+      learning_rate=1e-3,
+      steps_per_loop=10,
+      checkpoint_every=10)
+  summary = train_lib.run(c)
+  return dict(
+      model_dir=model_dir, summary=summary, export_dir=summary["export_dir"])
+
+
+def _env():
+  return dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+
+
+@pytest.fixture(autouse=True)
+def _demo_cache(demo_paths, monkeypatch):
+  """Subprocesses find the session's demo assets instead of ~/.cache."""
+  monkeypatch.setenv("BERT_TRAINER_CACHE", os.path.dirname(demo_paths["root"]))
+
+
+def test_training_exports_at_the_end(run):
+  assert run["export_dir"] == os.path.join(run["model_dir"], "export", "20")
+  assert tf.io.gfile.exists(os.path.join(run["export_dir"], "saved_model.pb"))
+  leftovers = [
+      n for n in tf.io.gfile.listdir(os.path.dirname(run["export_dir"]))
+      if n.startswith(".tmp")
+  ]
+  assert not leftovers
+
+
+@pytest.mark.slow
+def test_fresh_process_without_trainer_serves_strings(run, tmp_path):
+  script = tmp_path / "serve.py"
+  script.write_text(f"""
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  registers the preprocessor's ops
+serve = tf.saved_model.load({run['export_dir']!r}).signatures[
+    "serving_default"]
+out = serve(text=tf.constant({TEXTS!r}))
+print(json.dumps(dict(
+    trainer_imported="trainer" in sys.modules,
+    shapes={{k: v.shape.as_list() for k, v in out.items()}},
+    dtypes={{k: v.dtype.name for k, v in out.items()}},
+    sums=out["probabilities"].numpy().sum(-1).tolist(),
+    names=[n.decode() for n in out["class_names"].numpy()])))
+""")
+  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+  result = subprocess.run([sys.executable, str(script)],
+                          cwd=tmp_path,
+                          env=env,
+                          capture_output=True,
+                          text=True,
+                          timeout=300,
+                          check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  out = json.loads(result.stdout.strip().splitlines()[-1])
+  assert out["trainer_imported"] is False
+  n = len(TEXTS)
+  assert out["shapes"] == dict(
+      probabilities=[n, 2], class_ids=[n], class_names=[n])
+  assert out["dtypes"] == dict(
+      probabilities="float32", class_ids="int32", class_names="string")
+  np.testing.assert_allclose(out["sums"], 1.0, atol=1e-6)
+  assert set(out["names"]) <= {"negative", "positive"}
+
+
+def test_export_matches_trainer_eval_step_and_token_ids(run, tmp_path):
+  loaded = tf.saved_model.load(run["export_dir"])
+  served = loaded.signatures["serving_default"](text=tf.constant(TEXTS))
+  exported_ids = loaded.signatures["preprocess"](text=tf.constant(TEXTS))
+  # The trainer's side: its input pipeline over a file of the same texts and
+  # its predict step on the classifier restored from the same checkpoint.
+  path = tmp_path / "t.csv"
+  path.write_text("text,label\n" +
+                  "".join('"' + t.replace('"', '""') + '",0\n' for t in TEXTS))
+  c, preprocessor, model, _, step = export.load_classifier(run["model_dir"])
+  assert step == 20
+  split = input_pipeline.Split("t", sources.FileSource(str(path), {0: 0}))
+  packer = preprocessing.make_packer(preprocessor, c.seq_length)
+  batch = next(iter(input_pipeline.eval_dataset(split, packer, len(TEXTS))))
+  probs = train_step.make_predict_step(model)(batch)
+  np.testing.assert_allclose(
+      served["probabilities"].numpy(), probs.numpy(), atol=1e-5)
+  for key in train_step.ENCODER_KEYS:
+    np.testing.assert_array_equal(exported_ids[key].numpy(), batch[key].numpy())
+
+
+def test_bad_input_at_serving(run):
+  serve = tf.saved_model.load(run["export_dir"]).signatures["serving_default"]
+  awkward = [b"", b"   \t ", b"bad \xff\xfe\xc3 bytes", b"word " * 20_000]
+  for texts in ([awkward[0]], awkward, [b"fine"] * 1000):
+    out = serve(text=tf.constant(texts))
+    probs = out["probabilities"].numpy()
+    assert probs.shape == (len(texts), 2)
+    assert np.isfinite(probs).all()
+    np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-5)
+
+
+def test_interrupted_export_leaves_no_folder_under_the_final_name(
+    run, tmp_path, monkeypatch):
+  c, preprocessor, model, _, _ = export.load_classifier(run["model_dir"])
+  module = export.ServingModule(preprocessor, model, c.seq_length,
+                                ["negative", "positive"])
+  target = str(tmp_path / "export" / "7")
+  real_save = tf.saved_model.save
+
+  def save_then_crash(obj, path, **kwargs):
+    real_save(obj, path, **kwargs)  # a complete write ...
+    raise OSError("disk vanished")  # ... then the process is interrupted
+
+  monkeypatch.setattr(tf.saved_model, "save", save_then_crash)
+  with pytest.raises(OSError):
+    export.write_export(module, target)
+  assert not tf.io.gfile.exists(target)
+  assert tf.io.gfile.listdir(str(tmp_path / "export")) == []
+  monkeypatch.setattr(tf.saved_model, "save", real_save)
+  export.write_export(module, target)
+  assert tf.io.gfile.exists(os.path.join(target, "saved_model.pb"))
+
+
+@pytest.mark.slow
+def test_predict_end_to_end(run, tmp_path):
+  result = subprocess.run([
+      sys.executable, "-m", "trainer.predict",
+      f"--export_dir={run['export_dir']}", "--text=the food was great",
+      "--text=the traffic was horrible"
+  ],
+                          env=_env(),
+                          cwd=ROOT,
+                          capture_output=True,
+                          text=True,
+                          timeout=300,
+                          check=False)
+  assert result.returncode == 0, result.stderr[-2000:]
+  rows = [json.loads(line) for line in result.stdout.strip().splitlines()]
+  assert [r["text"] for r in rows
+         ] == ["the food was great", "the traffic was horrible"]
+  for r in rows:
+    assert r["class_name"] in ("negative", "positive")
+    assert abs(sum(r["probabilities"]) - 1) < 1e-5
+  inputs = tmp_path / "in.csv"
+  inputs.write_text("id,tweet\n" +
+                    "".join(f"{i},tweet {i}\n" for i in range(300)))
+  out = tmp_path / "out.csv"
+  result = subprocess.run([
+      sys.executable, "-m", "trainer.predict",
+      f"--export_dir={run['export_dir']}", f"--input_file={inputs}",
+      "--text_column=tweet", f"--output_file={out}", "--batch_size=64"
+  ],
+                          env=_env(),
+                          cwd=ROOT,
+                          capture_output=True,
+                          text=True,
+                          timeout=300,
+                          check=False)
+  assert result.returncode == 0, result.stderr[-2000:]
+  lines = out.read_text().strip().splitlines()
+  assert lines[0] == "text,class_id,class_name,probabilities"
+  assert len(lines) == 301 and lines[300].startswith("tweet 299,")
+
+
+@pytest.mark.slow
+def test_evaluate_end_to_end_agrees_with_training_eval(run, tmp_path):
+  out = tmp_path / "metrics.json"
+  result = subprocess.run([
+      sys.executable, "-m", "trainer.evaluate",
+      f"--export_dir={run['export_dir']}", f"--model_dir={run['model_dir']}",
+      "--split=validation", f"--output_file={out}"
+  ],
+                          env=_env(),
+                          cwd=ROOT,
+                          capture_output=True,
+                          text=True,
+                          timeout=300,
+                          check=False)
+  assert result.returncode == 0, result.stderr[-2000:]
+  m = json.loads(out.read_text())
+  assert m["examples"] == 1000 and m["rows_read"] == 1000
+  assert m["excluded"] == {}
+  # Same checkpoint, same validation rows: the accuracy the run logged.
+  assert m["accuracy"] == pytest.approx(
+      run["summary"]["eval_accuracy"], abs=1e-6)
+  assert sorted(m["per_class"]) == ["negative", "positive"]
+  assert np.array(m["confusion_matrix"]).sum() == 1000
+  assert 0.0 <= m["roc_auc"] <= 1.0 and "macro_f1" in m
+
+
+def test_metrics_against_a_hand_computation():
+  labels = [0, 0, 0, 1, 1, 1, 1, 1]
+  p1 = [0.1, 0.6, 0.3, 0.8, 0.4, 0.9, 0.7, 0.2]
+  probs = np.stack([1 - np.array(p1), np.array(p1)], axis=1)
+  m = metrics.classification_metrics(labels, probs, ["neg", "pos"])
+  # predicted: 0 1 0 1 0 1 1 0 -> TN=2 FP=1 FN=2 TP=3
+  assert m["confusion_matrix"] == [[2, 1], [2, 3]]
+  assert m["accuracy"] == pytest.approx(5 / 8)
+  assert m["per_class"]["pos"] == pytest.approx(
+      dict(precision=3 / 4, recall=3 / 5, f1=2 / 3, support=5))
+  assert m["per_class"]["neg"] == pytest.approx(
+      dict(precision=2 / 4, recall=2 / 3, f1=4 / 7, support=3))
+  assert m["macro_f1"] == pytest.approx((2 / 3 + 4 / 7) / 2)
+  # AUC: pairs (pos, neg) ranked right: 0.8>{.1,.6,.3}=3, .4>{.1,.3}=2,
+  # .9=3, .7>{.1,.6,.3}=3, .2>{.1}=1 -> 12 of 15.
+  assert m["roc_auc"] == pytest.approx(12 / 15)
+  assert metrics.roc_auc([0, 1, 1], [0.5, 0.5, 0.9]) == pytest.approx(0.75)

@@ -1,0 +1,128 @@
+r"""Evaluate an exported model (or a checkpoint) on any data the trainer reads.
+
+    python -m trainer.evaluate --export_dir=DIR --tfds_name=sentiment140
+    python -m trainer.evaluate --model_dir=RUN [--checkpoint=PATH] \
+        --split=test --output_file=metrics.json
+
+Data flags are the trainer's (`--tfds_name`, `--train_file`, `--test_file`,
+`--label_map`, ...). With `--model_dir`, the run's config.json supplies them
+and flags given on the command line override it. Prints and writes JSON with
+accuracy, per-class precision/recall/F1, macro F1, ROC AUC (two classes), the
+confusion matrix (rows: true class) and the rows excluded, by reason.
+"""
+
+import dataclasses
+import json
+import os
+import sys
+
+from absl import app
+from absl import flags
+import numpy as np
+import tensorflow as tf
+
+from trainer import config as config_lib
+from trainer import main as trainer_main  # the trainer's data flags
+from trainer import metrics as metrics_lib
+
+FLAGS = flags.FLAGS
+
+
+def _config():
+  """The trainer's flags over the run's config.json (when --model_dir has)."""
+  from trainer import export  # pylint: disable=g-import-not-at-top
+  c = trainer_main.config_from_flags()
+  if not FLAGS["model_dir"].present or not tf.io.gfile.exists(
+      os.path.join(FLAGS.model_dir, "config.json")):
+    return c
+  saved = export.read_run_config(FLAGS.model_dir)
+  given = {
+      f.name: getattr(c, f.name)
+      for f in dataclasses.fields(c)
+      if FLAGS[f.name].present
+  }
+  return dataclasses.replace(saved, **given)
+
+
+def _serving(c):
+  """Returns (serve fn, class names)."""
+  from trainer import export  # pylint: disable=g-import-not-at-top
+  if FLAGS.export_dir:
+    loaded = tf.saved_model.load(FLAGS.export_dir)
+    serve = loaded.signatures["serving_default"]
+    return lambda text: serve(text=text), None
+  c, preprocessor, model, _, _ = export.load_classifier(FLAGS.model_dir,
+                                                        FLAGS.checkpoint)
+  module = export.ServingModule(preprocessor, model, c.seq_length,
+                                c.resolved_label_names())
+  return module.serve, c.resolved_label_names()
+
+
+def evaluate(c, serve, split_name, class_names=None, batch_size=256):
+  """Runs `serve` over a split's usable rows; returns the metrics dict."""
+  from trainer import input_pipeline  # pylint: disable=g-import-not-at-top
+  splits = input_pipeline.make_splits(c)
+  if split_name not in splits:
+    raise config_lib.ConfigError(
+        f"--split={split_name!r} is invalid: this data has splits "
+        f"{sorted(splits)}")
+  split = splits[split_name]
+  counts = input_pipeline.count(split)
+  labels, probabilities = [], []
+  for texts, batch_labels in input_pipeline.usable_rows(split).batch(
+      batch_size):
+    out = serve(texts)
+    probabilities.append(out["probabilities"].numpy())
+    labels.append(batch_labels.numpy())
+  num_classes = c.num_classes
+  probabilities = (
+      np.concatenate(probabilities)
+      if probabilities else np.zeros([0, num_classes]))
+  labels = np.concatenate(labels) if labels else np.zeros([0], np.int64)
+  names = class_names or c.resolved_label_names()
+  result = metrics_lib.classification_metrics(labels, probabilities, names)
+  result.update(
+      split=split_name,
+      data=split.describe(),
+      rows_read=counts["rows_read"],
+      rows_used=counts["rows_used"],
+      excluded=counts["rejected"])
+  return result
+
+
+def define_flags():
+  flags.DEFINE_string("export_dir", "", "An export from trainer.export.")
+  flags.DEFINE_string(
+      "checkpoint", "", "With --model_dir: the checkpoint "
+      "('' = best, else newest).")
+  flags.DEFINE_string(
+      "split", "", "validation, test or train ('' = test if "
+      "the data has one, else validation).")
+  flags.DEFINE_string("output_file", "", "Where to write the JSON ('' = "
+                      "stdout only).")
+
+
+def main(argv):
+  del argv
+  from trainer import errors  # pylint: disable=g-import-not-at-top
+  from trainer import export  # pylint: disable=g-import-not-at-top
+  from trainer import input_pipeline  # pylint: disable=g-import-not-at-top
+  try:
+    c = config_lib.validate(_config())
+    serve, names = _serving(c)
+    split = FLAGS.split or ("test" if "test" in input_pipeline.make_splits(c)
+                            else "validation")
+    result = evaluate(c, serve, split, names)
+  except (export.ExportError,) + errors.USER_ERRORS as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+  text = json.dumps(result, indent=2, sort_keys=True)
+  print(text)
+  if FLAGS.output_file:
+    with tf.io.gfile.GFile(FLAGS.output_file, "w") as f:
+      f.write(text + "\n")
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)

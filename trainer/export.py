@@ -1,0 +1,167 @@
+r"""Export a trained classifier as a SavedModel that serves raw strings.
+
+    python -m trainer.export --model_dir=DIR [--checkpoint=PATH]
+
+writes DIR/export/<step>/ with signatures
+
+    serving_default(text: [batch] tf.string) ->
+        probabilities [batch, num_classes] float32, class_ids [batch] int32,
+        class_names [batch] tf.string
+    preprocess(text) -> input_word_ids / input_mask / input_type_ids int32
+
+It holds the preprocessor (same cleaning and tokenization as training), the
+encoder and the head, so it loads with `tf.saved_model.load` and
+`import tensorflow_text` alone. It is written to a temporary folder and
+renamed into place: a crash never leaves a half model under the final name.
+"""
+
+import json
+import os
+import sys
+import uuid
+
+from absl import app
+from absl import flags
+from absl import logging
+import tensorflow as tf
+
+from trainer import config as config_lib
+from trainer import preprocessing
+
+
+class ExportError(ValueError):
+  """Nothing to export (no checkpoint, no config) or a bad path."""
+
+
+class ServingModule(tf.Module):
+  """Preprocessor + classifier behind string signatures."""
+
+  def __init__(self, preprocessor, model, seq_length, class_names):
+    super().__init__(name="serving")
+    self.preprocessor = preprocessor
+    self.model = model
+    self._pack = preprocessing.make_packer(preprocessor, seq_length)
+    self._class_names = list(class_names)
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+  def preprocess(self, text):
+    return self._pack(text)
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+  def serve(self, text):
+    logits = self.model(self._pack(text), training=False)
+    probabilities = tf.nn.softmax(logits, axis=-1)
+    class_ids = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
+    names = tf.gather(tf.constant(self._class_names), class_ids)
+    return dict(
+        probabilities=probabilities, class_ids=class_ids, class_names=names)
+
+
+def read_run_config(model_dir):
+  path = os.path.join(model_dir, "config.json")
+  if not tf.io.gfile.exists(path):
+    raise ExportError(f"--model_dir={model_dir} has no config.json; is it "
+                      "the model_dir of a training run?")
+  with tf.io.gfile.GFile(path) as f:
+    saved = json.load(f)
+  return config_lib.Config(**saved["config"])
+
+
+def choose_checkpoint(model_dir, checkpoint=""):
+  """`checkpoint`, else the best checkpoint, else the newest one."""
+  if checkpoint:
+    if not tf.io.gfile.exists(checkpoint + ".index"):
+      raise ExportError(f"--checkpoint={checkpoint}: no such checkpoint "
+                        "(give the path without .index)")
+    return checkpoint
+  for sub in ("best", "checkpoints"):
+    latest = tf.train.latest_checkpoint(os.path.join(model_dir, sub))
+    if latest:
+      return latest
+  raise ExportError(f"--model_dir={model_dir} holds no checkpoint to export")
+
+
+def load_classifier(model_dir, checkpoint=""):
+  """Rebuilds the run's classifier on the host and restores a checkpoint.
+
+  Returns:
+    (config, preprocessor, model, checkpoint path, step).
+  """
+  from trainer import model as model_lib  # pylint: disable=g-import-not-at-top
+  from trainer import train_lib  # pylint: disable=g-import-not-at-top
+  c = read_run_config(model_dir)
+  path = choose_checkpoint(model_dir, checkpoint)
+  strategy = tf.distribute.get_strategy()
+  preprocessor, encoder = train_lib.load_models(c, strategy)
+  model = model_lib.Classifier(encoder, c.num_classes, c.dropout_rate, c.seed)
+  step = tf.Variable(0, dtype=tf.int64)
+  ckpt = tf.train.Checkpoint(
+      model=model, optimizer=tf.train.Checkpoint(iterations=step))
+  ckpt.restore(path).expect_partial().assert_existing_objects_matched()
+  return c, preprocessor, model, path, int(step.numpy())
+
+
+def _save_options(io_device=None):
+  if io_device:
+    return tf.saved_model.SaveOptions(experimental_io_device=io_device)
+  return None
+
+
+def write_export(module, export_dir, io_device=None):
+  """Saves `module` to a temporary sibling, then renames it to export_dir."""
+  if tf.io.gfile.exists(export_dir):
+    raise ExportError(f"{export_dir} exists already; remove it to export "
+                      "again")
+  parent = os.path.dirname(export_dir.rstrip("/"))
+  tf.io.gfile.makedirs(parent)
+  tmp = os.path.join(
+      parent, f".tmp-{os.path.basename(export_dir)}-"
+      f"{uuid.uuid4().hex[:8]}")
+  try:
+    tf.saved_model.save(
+        module,
+        tmp,
+        signatures={
+            "serving_default": module.serve,
+            "preprocess": module.preprocess
+        },
+        options=_save_options(io_device))
+    tf.io.gfile.rename(tmp, export_dir)
+  finally:
+    if tf.io.gfile.exists(tmp):
+      tf.io.gfile.rmtree(tmp)
+  return export_dir
+
+
+def export(model_dir, checkpoint="", io_device=None):
+  """Exports the chosen checkpoint of `model_dir`; returns the export dir."""
+  c, preprocessor, model, path, step = load_classifier(model_dir, checkpoint)
+  module = ServingModule(preprocessor, model, c.seq_length,
+                         c.resolved_label_names())
+  export_dir = os.path.join(model_dir, "export", str(step))
+  write_export(module, export_dir, io_device)
+  logging.info("Exported %s (step %d) to %s", path, step, export_dir)
+  return export_dir
+
+
+def define_flags():
+  # Defined only when run as a program: train_lib imports this module too.
+  flags.DEFINE_string("model_dir", None, "The training run's model_dir.")
+  flags.DEFINE_string("checkpoint", "", "Checkpoint path ('' = best, else the "
+                      "newest).")
+  flags.mark_flag_as_required("model_dir")
+
+
+def main(argv):
+  del argv
+  from trainer import errors  # pylint: disable=g-import-not-at-top
+  try:
+    print(export(flags.FLAGS.model_dir, flags.FLAGS.checkpoint))
+  except (ExportError,) + errors.USER_ERRORS as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)
