@@ -18,8 +18,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data",
-                      "sentiment140_sample.csv")
+SHARED = os.path.join(
+    os.path.dirname(ROOT), "shared", "data", "sentiment140_sample.csv")
 
 
 def _generated_csv(path, rows=20_000):
@@ -38,18 +38,28 @@ def _generated_csv(path, rows=20_000):
 
 def measure(csv_path, preprocessor_handle, seq_length, batch_size, batches):
   sys.path.insert(0, ROOT)
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from trainer import demo, input_pipeline, model, preprocessing, sources  # pylint: disable=g-import-not-at-top,g-multiple-import
-  del tf
+  # Imported here so the parent process (which only spawns) stays light.
+  from trainer import demo  # pylint: disable=g-import-not-at-top
+  from trainer import input_pipeline  # pylint: disable=g-import-not-at-top
+  from trainer import model  # pylint: disable=g-import-not-at-top
+  from trainer import preprocessing  # pylint: disable=g-import-not-at-top
+  from trainer import sources  # pylint: disable=g-import-not-at-top
   if preprocessor_handle == "demo":
     preprocessor_handle = demo.ensure_assets()["preprocessor"]
   preprocessor = model.load_handle(preprocessor_handle, "preprocessor_handle")
   packer = preprocessing.make_packer(preprocessor, seq_length)
   split = input_pipeline.Split("train",
-                               sources.FileSource(csv_path, {0: 0, 4: 1}))
-  ds = input_pipeline.train_dataset(split, packer, batch_size,
-                                    steps_per_epoch=10**6, read_stripes=16,
-                                    shuffle_buffer=10_000)
+                               sources.FileSource(csv_path, {
+                                   0: 0,
+                                   4: 1
+                               }))
+  ds = input_pipeline.train_dataset(
+      split,
+      packer,
+      batch_size,
+      steps_per_epoch=10**6,
+      read_stripes=16,
+      shuffle_buffer=10_000)
   it = iter(ds)
   for _ in range(5):  # warm-up: tracing, stripe scan, buffer fill
     next(it)
@@ -80,13 +90,18 @@ def main():
     return
   results = []
   for cores in ("0", "0,1"):
-    cmd = ["taskset", "-c", cores, sys.executable, __file__, f"--csv={csv_path}",
-           f"--preprocessor_handle={args.preprocessor_handle}",
-           f"--seq_length={args.seq_length}",
-           f"--batch_size={args.batch_size}", f"--batches={args.batches}",
-           f"--cores={cores}"]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True,
-                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    cmd = [
+        "taskset", "-c", cores, sys.executable, __file__, f"--csv={csv_path}",
+        f"--preprocessor_handle={args.preprocessor_handle}",
+        f"--seq_length={args.seq_length}", f"--batch_size={args.batch_size}",
+        f"--batches={args.batches}", f"--cores={cores}"
+    ]
+    out = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     results.append(json.loads(out.stdout.strip().splitlines()[-1]))
   print(f"data: {csv_path}; seq_length {args.seq_length}, batch "
         f"{args.batch_size}, preprocessor {args.preprocessor_handle}\n")

@@ -169,8 +169,8 @@ def test_predict_end_to_end(run, tmp_path):
                           check=False)
   assert result.returncode == 0, result.stderr[-2000:]
   rows = [json.loads(line) for line in result.stdout.strip().splitlines()]
-  assert [r["text"] for r in rows
-         ] == ["the food was great", "the traffic was horrible"]
+  texts = [r["text"] for r in rows]
+  assert texts == ["the food was great", "the traffic was horrible"]
   for r in rows:
     assert r["class_name"] in ("negative", "positive")
     assert abs(sum(r["probabilities"]) - 1) < 1e-5
