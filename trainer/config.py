@@ -68,6 +68,9 @@ class Config:
   jit_compile: bool | None = None
   demo_cache_dir: str = ""
   export: bool = True
+  checkpoint_dir: str = ""
+  summary_dir: str = ""
+  export_dir: str = ""
 
   def to_json(self):
     return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -98,6 +101,21 @@ class Config:
     if self.num_classes == 2:
       return ["negative", "positive"]
     return [f"class_{i}" for i in range(self.num_classes)]
+
+
+def locations(c):
+  """Where checkpoints, summaries and exports go ('' flags: under model_dir)."""
+  return dict(
+      checkpoints=c.checkpoint_dir or os.path.join(c.model_dir, "checkpoints"),
+      summaries=c.summary_dir or os.path.join(c.model_dir, "summaries"),
+      export=c.export_dir or os.path.join(c.model_dir, "export"))
+
+
+# Vertex AI sets these for custom jobs; they are the defaults of the flags.
+VERTEX_ENV = dict(
+    checkpoint_dir="AIP_CHECKPOINT_DIR",
+    summary_dir="AIP_TENSORBOARD_LOG_DIR",
+    export_dir="AIP_MODEL_DIR")
 
 
 def _fail(flag, value, valid):

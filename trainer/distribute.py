@@ -1,5 +1,7 @@
 """--tpu / --strategy -> a tf.distribute strategy, with clear failures."""
 
+import json
+import os
 import re
 import socket
 
@@ -46,10 +48,64 @@ def tpu_strategy(tpu):
   return strategy
 
 
+def tf_config_from_cluster_spec(cluster_spec):
+  """Vertex AI's CLUSTER_SPEC JSON -> a TF_CONFIG dict.
+
+  Vertex names its worker pools workerpool0 (the primary replica: our chief),
+  workerpool1 (workers) and workerpool2 (parameter servers, unused here).
+  """
+  spec = json.loads(cluster_spec)
+  names = {
+      "workerpool0": "chief",
+      "workerpool1": "worker",
+      "workerpool2": "ps",
+      "workerpool3": "evaluator"
+  }
+  cluster = {
+      names.get(pool, pool): hosts
+      for pool, hosts in spec.get("cluster", {}).items()
+      if hosts
+  }
+  task = spec.get("task", {})
+  return dict(
+      cluster=cluster,
+      task=dict(
+          type=names.get(task.get("type"), task.get("type")),
+          index=int(task.get("index", 0))))
+
+
+def ensure_tf_config():
+  """Sets TF_CONFIG from CLUSTER_SPEC when only the latter is given."""
+  if "TF_CONFIG" not in os.environ and os.environ.get("CLUSTER_SPEC"):
+    tf_config = tf_config_from_cluster_spec(os.environ["CLUSTER_SPEC"])
+    os.environ["TF_CONFIG"] = json.dumps(tf_config)
+    logging.info("TF_CONFIG from Vertex AI's CLUSTER_SPEC: %s", tf_config)
+
+
+def is_remote_tpu(tpu):
+  """A TPU reached over the network (TPU Node, old Colab): its workers run
+  the input pipeline and the saves, and cannot see this host's disk."""
+  return bool(tpu) and tpu != "local"
+
+
+def check_paths_for_tpu(tpu, paths):
+  """Raises StrategyError naming the first local path a remote TPU can't
+  read; `paths` maps flag names to values."""
+  if not is_remote_tpu(tpu):
+    return
+  for flag, path in paths.items():
+    if path and not re.match(r"^(gs|ram)://", path) and path != "demo":
+      raise StrategyError(
+          f"--{flag}={path} is a local path, but --tpu={tpu} is a remote TPU "
+          "whose workers cannot see this machine's disk; put it in Cloud "
+          "Storage and pass a gs:// path")
+
+
 def build_strategy(tpu="", strategy="auto"):
   """Returns the strategy for the flags (see trainer/main.py)."""
   if tpu:
     return tpu_strategy(tpu)
+  ensure_tf_config()
   gpus = tf.config.list_logical_devices("GPU")
   if strategy == "multi_worker_mirrored":
     return tf.distribute.MultiWorkerMirroredStrategy()

@@ -67,18 +67,19 @@ def read_run_config(model_dir):
   return config_lib.Config(**saved["config"])
 
 
-def choose_checkpoint(model_dir, checkpoint=""):
+def choose_checkpoint(c, checkpoint=""):
   """`checkpoint`, else the best checkpoint, else the newest one."""
   if checkpoint:
     if not tf.io.gfile.exists(checkpoint + ".index"):
       raise ExportError(f"--checkpoint={checkpoint}: no such checkpoint "
                         "(give the path without .index)")
     return checkpoint
-  for sub in ("best", "checkpoints"):
-    latest = tf.train.latest_checkpoint(os.path.join(model_dir, sub))
+  checkpoints = config_lib.locations(c)["checkpoints"]
+  for folder in (os.path.join(checkpoints, "best"), checkpoints):
+    latest = tf.train.latest_checkpoint(folder)
     if latest:
       return latest
-  raise ExportError(f"--model_dir={model_dir} holds no checkpoint to export")
+  raise ExportError(f"no checkpoint to export in {checkpoints}")
 
 
 def load_classifier(model_dir, checkpoint=""):
@@ -90,7 +91,7 @@ def load_classifier(model_dir, checkpoint=""):
   from trainer import model as model_lib  # pylint: disable=g-import-not-at-top
   from trainer import train_lib  # pylint: disable=g-import-not-at-top
   c = read_run_config(model_dir)
-  path = choose_checkpoint(model_dir, checkpoint)
+  path = choose_checkpoint(c, checkpoint)
   strategy = tf.distribute.get_strategy()
   preprocessor, encoder = train_lib.load_models(c, strategy)
   model = model_lib.Classifier(encoder, c.num_classes, c.dropout_rate, c.seed)
@@ -109,14 +110,17 @@ def _save_options(io_device=None):
 
 def write_export(module, export_dir, io_device=None):
   """Saves `module` to a temporary sibling, then renames it to export_dir."""
-  if tf.io.gfile.exists(export_dir):
+  if is_complete(export_dir):
     raise ExportError(f"{export_dir} exists already; remove it to export "
                       "again")
+  if tf.io.gfile.exists(export_dir):
+    _remove_quietly(export_dir)  # the remains of an interrupted copy
   parent = os.path.dirname(export_dir.rstrip("/"))
   tf.io.gfile.makedirs(parent)
   tmp = os.path.join(
       parent, f".tmp-{os.path.basename(export_dir)}-"
       f"{uuid.uuid4().hex[:8]}")
+  moved = False
   try:
     tf.saved_model.save(
         module,
@@ -126,11 +130,46 @@ def write_export(module, export_dir, io_device=None):
             "preprocess": module.preprocess
         },
         options=_save_options(io_device))
-    tf.io.gfile.rename(tmp, export_dir)
+    _publish(tmp, export_dir)
+    moved = True
   finally:
-    if tf.io.gfile.exists(tmp):
-      tf.io.gfile.rmtree(tmp)
+    if not moved:
+      _remove_quietly(tmp)
   return export_dir
+
+
+def is_complete(export_dir):
+  """An export is complete once its saved_model.pb (written last) exists."""
+  return tf.io.gfile.exists(os.path.join(export_dir, "saved_model.pb"))
+
+
+def _publish(tmp, final):
+  """Moves the finished export into place.
+
+  A rename is atomic on local disks. Some filesystems (ram://, object stores)
+  rename only the folder entry and not what is inside; there the files are
+  copied with saved_model.pb last, so the folder is never a loadable but
+  incomplete model.
+  """
+  tf.io.gfile.rename(tmp, final)
+  if is_complete(final):
+    return
+  files = []
+  for folder, _, names in tf.io.gfile.walk(tmp):
+    files += [os.path.join(folder, n) for n in names]
+  files.sort(key=lambda p: os.path.basename(p) == "saved_model.pb")
+  for src in files:
+    dst = os.path.join(final, os.path.relpath(src, tmp))
+    tf.io.gfile.makedirs(os.path.dirname(dst))
+    tf.io.gfile.copy(src, dst, overwrite=True)
+  _remove_quietly(tmp)
+
+
+def _remove_quietly(path):
+  try:
+    tf.io.gfile.rmtree(path)
+  except tf.errors.NotFoundError:
+    pass  # Never created, or an object store with no folder to remove.
 
 
 def export(model_dir, checkpoint="", io_device=None):
@@ -138,7 +177,7 @@ def export(model_dir, checkpoint="", io_device=None):
   c, preprocessor, model, path, step = load_classifier(model_dir, checkpoint)
   module = ServingModule(preprocessor, model, c.seq_length,
                          c.resolved_label_names())
-  export_dir = os.path.join(model_dir, "export", str(step))
+  export_dir = os.path.join(config_lib.locations(c)["export"], str(step))
   write_export(module, export_dir, io_device)
   logging.info("Exported %s (step %d) to %s", path, step, export_dir)
   return export_dir

@@ -62,15 +62,23 @@ def open_binary(path, member=""):
     raise DataError(f"data file {path} does not exist")
   if not path.lower().endswith(".zip"):
     return tf.io.gfile.GFile(path, "rb")
-  archive = zipfile.ZipFile(tf.io.gfile.GFile(path, "rb"))
+  archive = _zip(path)
   names = archive.namelist()
   if member not in names:
     raise DataError(f"{path} has no member {member!r}; it holds {names}")
   return archive.open(member)
 
 
+def _zip(path):
+  try:
+    return zipfile.ZipFile(tf.io.gfile.GFile(path, "rb"))
+  except zipfile.BadZipFile as e:
+    raise DataError(f"{path} is not a readable zip archive ({e}); give the "
+                    "Sentiment140 zip or the CSV inside it") from None
+
+
 def zip_members(path):
-  with zipfile.ZipFile(tf.io.gfile.GFile(path, "rb")) as archive:
+  with _zip(path) as archive:
     return archive.namelist()
 
 

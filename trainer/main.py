@@ -7,6 +7,7 @@ The only module that defines flags: flags -> Config -> train_lib.run.
 """
 
 import dataclasses
+import os
 import sys
 
 from absl import app
@@ -135,6 +136,19 @@ flags.DEFINE_bool(
     "At the end, export a SavedModel serving raw strings to "
     "model_dir/export/<step>/ (see trainer.export).")
 
+flags.DEFINE_string(
+    "checkpoint_dir", _D.checkpoint_dir,
+    "Checkpoints ('' = $AIP_CHECKPOINT_DIR on Vertex AI, "
+    "else model_dir/checkpoints).")
+flags.DEFINE_string(
+    "summary_dir", _D.summary_dir,
+    "TensorBoard summaries ('' = $AIP_TENSORBOARD_LOG_DIR, "
+    "else model_dir/summaries).")
+flags.DEFINE_string(
+    "export_dir", _D.export_dir,
+    "Exports go to <export_dir>/<step> ('' = $AIP_MODEL_DIR, "
+    "else model_dir/export).")
+
 FLAGS = flags.FLAGS
 EXIT_BAD_INPUT = 2
 
@@ -144,6 +158,10 @@ def config_from_flags():
   values = {
       f.name: FLAGS[f.name].value for f in dataclasses.fields(config_lib.Config)
   }
+  for name, env in config_lib.VERTEX_ENV.items():
+    if not FLAGS[name].present and os.environ.get(env):
+      values[name] = os.environ[env]
+      logging.info("--%s from Vertex AI's %s: %s", name, env, values[name])
   demo_run = (
       values["encoder_handle"] == "demo" and not values["tfds_name"] and
       not values["train_file"])

@@ -151,6 +151,14 @@ def clean_text(strings):
   return strings
 
 
+def vocab_size(preprocessor):
+  """The loaded preprocessor's vocabulary size, or None if it does not say."""
+  try:
+    return special_tokens(preprocessor)["vocab_size"]
+  except (AttributeError, KeyError):
+    return None
+
+
 def make_packer(preprocessor, seq_length):
   """Returns f(strings [batch] tf.string) -> dict of int32 [batch, seq_length].
 

@@ -25,7 +25,6 @@ from trainer import optimization
 from trainer import preprocessing
 from trainer import train_step
 
-CHECKPOINT_SUBDIR = "checkpoints"
 _HEAD_ROWS = 2000
 
 
@@ -55,6 +54,9 @@ def make_plan(c, train_examples):
 
 
 def _write_json(path, obj):
+  # Remove first: TF's ram:// filesystem appends on "w" instead of truncating.
+  if tf.io.gfile.exists(path):
+    tf.io.gfile.remove(path)
   with tf.io.gfile.GFile(path, "w") as f:
     f.write(json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
@@ -72,29 +74,38 @@ def resolve_jit(c, strategy):
   return distribute.has_gpu()
 
 
-def load_models(c, strategy):
-  """Loads the preprocessor (host) and encoder (replicated); checks they fit."""
+def _io_device(c):
+  """A remote TPU's workers can't see local paths: the host does the I/O."""
+  return "/job:localhost" if distribute.is_remote_tpu(c.tpu) else None
+
+
+def load_handles(c, strategy):
+  """Loads the preprocessor (host) and the encoder (under `strategy`)."""
   from trainer import demo  # pylint: disable=g-import-not-at-top
   encoder_handle, preprocessor_handle = c.encoder_handle, c.preprocessor_handle
   if encoder_handle == demo.SENTINEL:
     paths = demo.ensure_assets(c.demo_cache_dir or None)
-    encoder_handle, preprocessor_handle = paths["encoder"], paths[
-        "preprocessor"]
+    encoder_handle = paths["encoder"]
+    preprocessor_handle = paths["preprocessor"]
   with tf.device("/cpu:0"):
     preprocessor = model_lib.load_handle(preprocessor_handle,
                                          "preprocessor_handle")
   with strategy.scope():
-    encoder = model_lib.load_handle(encoder_handle, "encoder_handle")
+    encoder = model_lib.load_handle(
+        encoder_handle, "encoder_handle", io_device=_io_device(c))
+  return preprocessor, encoder
+
+
+def load_models(c, strategy):
+  """Loads both handles and checks that they fit each other and the flags."""
+  preprocessor, encoder = load_handles(c, strategy)
   positions = model_lib.max_positions(encoder)
   if positions is not None and c.seq_length > positions:
     raise config_lib.ConfigError(
         f"--seq_length={c.seq_length} is invalid: the encoder has "
         f"{positions} position embeddings; use at most {positions}")
   rows = model_lib.word_embedding_rows(encoder)
-  try:
-    vocab = preprocessing.special_tokens(preprocessor)["vocab_size"]
-  except (AttributeError, KeyError):
-    vocab = None
+  vocab = preprocessing.vocab_size(preprocessor)
   if rows is not None and vocab is not None and vocab > rows:
     raise config_lib.ConfigError(
         f"--preprocessor_handle={c.preprocessor_handle} is invalid: its "
@@ -153,9 +164,11 @@ class Trainer:
           clip_norm=c.clip_norm)
     self.checkpoint = tf.train.Checkpoint(
         model=self.model, optimizer=self.optimizer)
+    self.checkpoint_options = tf.train.CheckpointOptions(
+        experimental_io_device=_io_device(c))
     self.manager = tf.train.CheckpointManager(
         self.checkpoint,
-        os.path.join(c.model_dir, CHECKPOINT_SUBDIR),
+        config_lib.locations(c)["checkpoints"],
         max_to_keep=c.keep_checkpoints,
         step_counter=self.optimizer.iterations)
     self._train_step = train_step.make_train_step(
@@ -166,6 +179,10 @@ class Trainer:
         jit_compile=jit_compile)
     self._eval_step = train_step.make_eval_step(self.model)
 
+  def save(self, step):
+    return self.manager.save(
+        checkpoint_number=step, options=self.checkpoint_options)
+
   @property
   def step(self):
     return int(self.optimizer.iterations.numpy())
@@ -174,7 +191,9 @@ class Trainer:
     """Restores the newest checkpoint; returns its path or None."""
     latest = self.manager.latest_checkpoint
     if latest:
-      self.checkpoint.restore(latest).assert_existing_objects_matched()
+      self.checkpoint.restore(
+          latest,
+          options=self.checkpoint_options).assert_existing_objects_matched()
       logging.info("Resumed from %s at step %d", latest, self.step)
     return latest
 
@@ -247,6 +266,13 @@ def run(c):
   """Trains and evaluates per `c`; returns the summary dict (also written to
   model_dir/summary.json)."""
   config_lib.validate(c)
+  distribute.check_paths_for_tpu(
+      c.tpu,
+      dict(
+          train_file=c.train_file,
+          eval_file=c.eval_file,
+          test_file=c.test_file,
+          data_dir=c.data_dir))
   strategy = distribute.build_strategy(c.tpu, c.strategy)
   config_lib.check_replicas(c, strategy.num_replicas_in_sync)
   jit = resolve_jit(c, strategy)
@@ -293,7 +319,7 @@ def run(c):
   input_pipeline.check_int_features(train_ds.element_spec)
   iterator = iter(strategy.experimental_distribute_dataset(train_ds))
 
-  summaries = os.path.join(c.model_dir, "summaries")
+  summaries = config_lib.locations(c)["summaries"]
   train_writer = tf.summary.create_file_writer(os.path.join(summaries, "train"))
   eval_writer = tf.summary.create_file_writer(os.path.join(summaries, "eval"))
   progress = _Progress(plan.total_steps)
@@ -328,11 +354,11 @@ def run(c):
       eval_metrics = _evaluate(trainer, eval_data("validation"), eval_writer,
                                stop)
     if c.checkpoint_every and stop % c.checkpoint_every == 0:
-      trainer.manager.save(checkpoint_number=stop)
+      trainer.save(stop)
 
   latest = trainer.manager.latest_checkpoint
   if latest is None or not latest.endswith(f"-{trainer.step}"):
-    trainer.manager.save(checkpoint_number=trainer.step)
+    trainer.save(trainer.step)
   eval_metrics = _evaluate(trainer, eval_data("validation"), eval_writer,
                            trainer.step)
   summary = dict(
@@ -363,8 +389,8 @@ def run(c):
 
 def _export(c, strategy, step):
   from trainer import export  # pylint: disable=g-import-not-at-top
-  target = os.path.join(c.model_dir, "export", str(step))
-  if tf.io.gfile.exists(target):
+  target = os.path.join(config_lib.locations(c)["export"], str(step))
+  if export.is_complete(target):
     logging.info("Export for step %d exists already: %s", step, target)
     return target
   # Rebuilt on the host from the checkpoint just written, so nothing of the

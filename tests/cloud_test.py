@@ -1,0 +1,245 @@
+"""Where users run: ram:// (a stand-in for gs://), Vertex AI, wheels, doctor."""
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+import tensorflow as tf
+
+from trainer import bert
+from trainer import config as config_lib
+from trainer import demo
+from trainer import distribute
+from trainer import doctor
+from trainer import preprocessing
+from trainer import train_lib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _files_under(folder):
+  return sorted(
+      os.path.relpath(os.path.join(d, f), folder)
+      for d, _, names in os.walk(folder)
+      for f in names)
+
+
+def test_end_to_end_on_ram_filesystem(tmp_path, demo_paths, monkeypatch):
+  """Everything through tf.io.gfile: model_dir and data on ram://."""
+  cwd = tmp_path / "cwd"
+  cwd.mkdir()
+  monkeypatch.chdir(cwd)
+  monkeypatch.setenv("HOME", str(tmp_path / "home"))
+  with tf.io.gfile.GFile(demo_paths["train"]) as f:
+    rows = f.read().splitlines()
+  data = "ram://data/reviews.csv"
+  with tf.io.gfile.GFile(data, "w") as f:
+    f.write("\n".join(rows[:801]) + "\n")
+  c = config_lib.Config(
+      model_dir="ram://runs/r1",
+      train_file=data,
+      demo_cache_dir=demo_paths["root"],
+      train_steps=12,
+      seq_length=32,
+      batch_size=16,
+      learning_rate=1e-3,
+      steps_per_loop=6,
+      checkpoint_every=6,
+      validation_fraction=0.2)
+  summary = train_lib.run(c)
+  assert summary["final_step"] == 12
+  listing = tf.io.gfile.listdir("ram://runs/r1")
+  for name in ("config.json", "summary.json", "data_stats.json"):
+    assert name in listing, listing
+  assert tf.train.latest_checkpoint("ram://runs/r1/checkpoints").endswith(
+      "ckpt-12")
+  assert tf.io.gfile.glob("ram://runs/r1/summaries/train/events*")
+  assert tf.io.gfile.exists("ram://runs/r1/export/12/saved_model.pb")
+  with tf.io.gfile.GFile("ram://runs/r1/summary.json") as f:
+    written = json.load(f)
+  assert written["final_step"] == 12
+  assert written["export_dir"] == "ram://runs/r1/export/12"
+  assert (written["data.train.rows_read"] +
+          written["data.validation.rows_read"]) == 800
+  # Nothing reached the local disk outside the temporary folders.
+  assert _files_under(cwd) == []
+  assert not (tmp_path / "home").exists()
+
+
+@pytest.mark.slow
+def test_vertex_ai_variables_choose_the_output_locations(tmp_path, demo_paths):
+  env = dict(
+      os.environ,
+      PYTHONPATH=ROOT,
+      TF_CPP_MIN_LOG_LEVEL="2",
+      AIP_MODEL_DIR=str(tmp_path / "aip_model"),
+      AIP_CHECKPOINT_DIR=str(tmp_path / "aip_ckpt"),
+      AIP_TENSORBOARD_LOG_DIR=str(tmp_path / "aip_tb"))
+  result = subprocess.run([
+      sys.executable, "-m", "trainer.main",
+      f"--flagfile={ROOT}/flags/demo_quick.flags", "--train_steps=10",
+      f"--model_dir={tmp_path}/run", f"--demo_cache_dir={demo_paths['root']}"
+  ],
+                          env=env,
+                          cwd=ROOT,
+                          capture_output=True,
+                          text=True,
+                          timeout=300,
+                          check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert tf.train.latest_checkpoint(str(tmp_path /
+                                        "aip_ckpt")).endswith("ckpt-10")
+  assert tf.io.gfile.glob(str(tmp_path / "aip_tb" / "train" / "events*"))
+  assert (tmp_path / "aip_model" / "10" / "saved_model.pb").exists()
+  assert sorted(os.listdir(
+      tmp_path / "run")) == ["config.json", "data_stats.json", "summary.json"]
+
+
+def test_cluster_spec_becomes_tf_config(monkeypatch):
+  spec = dict(
+      cluster=dict(
+          workerpool0=["host0:2222"], workerpool1=["host1:2222", "host2:2222"]),
+      task=dict(type="workerpool1", index=1))
+  monkeypatch.delenv("TF_CONFIG", raising=False)
+  monkeypatch.setenv("CLUSTER_SPEC", json.dumps(spec))
+  distribute.ensure_tf_config()
+  assert json.loads(os.environ["TF_CONFIG"]) == dict(
+      cluster=dict(chief=["host0:2222"], worker=["host1:2222", "host2:2222"]),
+      task=dict(type="worker", index=1))
+
+
+def test_remote_tpu_rejects_local_data_paths():
+  with pytest.raises(
+      distribute.StrategyError,
+      match=r"--train_file=/data/t.csv is a local path.*gs://"):
+    distribute.check_paths_for_tpu("grpc://10.0.0.2:8470",
+                                   dict(train_file="/data/t.csv"))
+  distribute.check_paths_for_tpu("grpc://10.0.0.2:8470",
+                                 dict(train_file="gs://b/t.csv", data_dir=""))
+  distribute.check_paths_for_tpu("local", dict(train_file="/data/t.csv"))
+
+
+@pytest.mark.slow
+def test_wheel_installs_in_a_fresh_venv_and_runs(tmp_path):
+  dist = tmp_path / "dist"
+  subprocess.run([
+      sys.executable, "-m", "build", "--sdist", "--wheel", "--no-isolation",
+      "--outdir",
+      str(dist), ROOT
+  ],
+                 check=True,
+                 capture_output=True,
+                 timeout=300)
+  wheels = list(dist.glob("*.whl"))
+  assert len(wheels) == 1 and list(dist.glob("*.tar.gz"))
+  venv = tmp_path / "venv"
+  subprocess.run(
+      [sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+  py = str(venv / "bin" / "python")
+  subprocess.run([
+      py, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+      str(wheels[0])
+  ],
+                 check=True,
+                 timeout=300)
+  # The dependencies (TensorFlow & co.) come from this environment, so the
+  # test does not download 600 MB; the trainer itself only from the wheel.
+  site = subprocess.run([
+      py, "-c", "import sysconfig; print(sysconfig."
+      "get_paths()['purelib'])"
+  ],
+                        check=True,
+                        capture_output=True,
+                        text=True).stdout.strip()
+  with open(os.path.join(site, "deps.pth"), "w") as f:
+    f.write(sysconfig.get_paths()["purelib"] + "\n")
+  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+  result = subprocess.run([py, "-m", "trainer.main", "--helpfull"],
+                          cwd=tmp_path,
+                          env=env,
+                          capture_output=True,
+                          text=True,
+                          timeout=300,
+                          check=False)
+  # absl exits with 1 after printing help.
+  assert result.returncode in (0, 1), result.stderr[-2000:]
+  assert "Traceback" not in result.stderr
+  assert "--encoder_handle" in result.stdout
+  assert "--max_bad_fraction" in result.stdout
+  where = subprocess.run([py, "-c", "import trainer; print(trainer.__file__)"],
+                         cwd=tmp_path,
+                         env=env,
+                         capture_output=True,
+                         text=True,
+                         check=True).stdout
+  assert str(venv) in where
+
+
+def _doctor(demo_paths, tmp_path, **overrides):
+  values = dict(
+      model_dir=str(tmp_path / "m"),
+      demo_cache_dir=demo_paths["root"],
+      seq_length=32,
+      batch_size=16)
+  values.update(overrides)
+  checks = doctor.run_checks(config_lib.Config(**values), rows=200)
+  return {c.name: c for c in checks}
+
+
+def test_doctor_passes_on_the_demo(demo_paths, tmp_path):
+  checks = _doctor(demo_paths, tmp_path)
+  assert all(c.ok for c in checks.values()), [c.line() for c in checks.values()]
+  assert {
+      "versions", "flags", "strategy", "model_dir", "handles", "vocabulary",
+      "seq_length", "data.train", "data.validation", "xla"
+  } == set(checks)
+
+
+def test_doctor_names_a_vocabulary_that_does_not_fit(demo_paths, tmp_path):
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("\n".join(demo.vocabulary() +
+                             [f"extra{i}" for i in range(50)]) + "\n")
+  pre = str(tmp_path / "big_preprocessor")
+  preprocessing.save_preprocessor(
+      preprocessing.BertPreprocessor(str(vocab)), pre)
+  checks = _doctor(
+      demo_paths,
+      tmp_path,
+      encoder_handle=demo_paths["encoder"],
+      preprocessor_handle=pre)
+  assert not checks["vocabulary"].ok
+  assert "preprocessor vocabulary 234, encoder embedding table 184" in checks[
+      "vocabulary"].line()
+
+
+def test_doctor_names_seq_length_above_positions(demo_paths, tmp_path):
+  checks = _doctor(demo_paths, tmp_path, seq_length=200)
+  assert not checks["seq_length"].ok
+  assert "use --seq_length <= 128" in checks["seq_length"].line()
+
+
+def test_doctor_names_an_unreadable_data_file(demo_paths, tmp_path):
+  bad = tmp_path / "not_a_zip.zip"
+  bad.write_bytes(b"this is not a zip archive")
+  checks = _doctor(demo_paths, tmp_path, train_file=str(bad))
+  assert not checks["data"].ok
+  assert "is not a readable zip archive" in checks["data"].line()
+
+
+def test_doctor_names_an_unwritable_model_dir(demo_paths, tmp_path):
+  blocker = tmp_path / "file"
+  blocker.write_text("a file, not a folder")
+  checks = _doctor(demo_paths, tmp_path, model_dir=str(blocker / "run"))
+  assert not checks["model_dir"].ok
+  assert "is not writable" in checks["model_dir"].line()
+
+
+def test_bert_config_round_trip(demo_paths):
+  encoder = tf.saved_model.load(demo_paths["encoder"])
+  config = json.loads(encoder.get_config_json().numpy())
+  assert config == json.loads(
+      bert.BertConfig(vocab_size=len(demo.vocabulary()),
+                      **demo.DEMO_BERT).to_json())
