@@ -205,7 +205,9 @@ def save_encoder(encoder, export_dir):
       k: tf.TensorSpec([None, None], tf.int32, name=k)
       for k in ("input_word_ids", "input_mask", "input_type_ids")
   }
-  root = tf.train.Checkpoint()
+  # A plain trackable root: a tf.train.Checkpoint root would be restored as
+  # a Checkpoint, whose children a surrounding checkpoint does not save.
+  root = tf.__internal__.tracking.AutoTrackable()
   root.encoder = encoder
   call = tf.function(encoder.__call__)
   for training in (False, True):

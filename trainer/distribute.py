@@ -106,9 +106,11 @@ def build_strategy(tpu="", strategy="auto"):
   if tpu:
     return tpu_strategy(tpu)
   ensure_tf_config()
-  gpus = tf.config.list_logical_devices("GPU")
   if strategy == "multi_worker_mirrored":
+    # Before anything initializes the TF context: collectives are configured
+    # at start-up.
     return tf.distribute.MultiWorkerMirroredStrategy()
+  gpus = tf.config.list_logical_devices("GPU")
   if strategy == "mirrored" or (strategy == "auto" and len(gpus) > 1):
     devices = gpus or tf.config.list_logical_devices("CPU")
     devices = [d.name for d in devices]
@@ -118,6 +120,20 @@ def build_strategy(tpu="", strategy="auto"):
   logging.info("No accelerator found: training with the default strategy on "
                "the CPU.")
   return tf.distribute.get_strategy()
+
+
+def worker_role(strategy):
+  """(is_chief, task_id) of this process; single-process runs are chief."""
+  resolver = getattr(strategy, "cluster_resolver", None)
+  if resolver is None or is_tpu(strategy):
+    return True, 0
+  cluster = resolver.cluster_spec().as_dict()
+  task_type, task_id = resolver.task_type, resolver.task_id or 0
+  if not cluster or task_type is None:
+    return True, 0
+  if "chief" in cluster:
+    return task_type == "chief", task_id
+  return task_type == "worker" and task_id == 0, task_id
 
 
 def is_tpu(strategy):

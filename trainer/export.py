@@ -97,7 +97,9 @@ def load_classifier(model_dir, checkpoint=""):
   model = model_lib.Classifier(encoder, c.num_classes, c.dropout_rate, c.seed)
   step = tf.Variable(0, dtype=tf.int64)
   ckpt = tf.train.Checkpoint(
-      model=model, optimizer=tf.train.Checkpoint(iterations=step))
+      model=model,
+      optimizer=tf.train.Checkpoint(iterations=step),
+      encoder_variables=list(encoder.variables))
   ckpt.restore(path).expect_partial().assert_existing_objects_matched()
   return c, preprocessor, model, path, int(step.numpy())
 

@@ -162,8 +162,13 @@ class Trainer:
           schedule,
           weight_decay=c.weight_decay,
           clip_norm=c.clip_norm)
+    # The encoder's variables are also listed explicitly: how a loaded
+    # SavedModel's object graph is checkpointed depends on how it was saved,
+    # and a list of variables is saved whatever the handle.
     self.checkpoint = tf.train.Checkpoint(
-        model=self.model, optimizer=self.optimizer)
+        model=self.model,
+        optimizer=self.optimizer,
+        encoder_variables=list(encoder.variables))
     self.checkpoint_options = tf.train.CheckpointOptions(
         experimental_io_device=_io_device(c))
     self.manager = tf.train.CheckpointManager(
@@ -187,9 +192,9 @@ class Trainer:
   def step(self):
     return int(self.optimizer.iterations.numpy())
 
-  def restore(self):
-    """Restores the newest checkpoint; returns its path or None."""
-    latest = self.manager.latest_checkpoint
+  def restore(self, directory):
+    """Restores the newest checkpoint in `directory`; returns it or None."""
+    latest = tf.train.latest_checkpoint(directory)
     if latest:
       self.checkpoint.restore(
           latest,
@@ -276,10 +281,15 @@ def run(c):
   strategy = distribute.build_strategy(c.tpu, c.strategy)
   config_lib.check_replicas(c, strategy.num_replicas_in_sync)
   jit = resolve_jit(c, strategy)
-  tf.io.gfile.makedirs(c.model_dir)
+  chief, task_id = distribute.worker_role(strategy)
+  # Non-chief workers of a multi-worker job save (the save is collective)
+  # into a private folder that is removed at the end; the chief writes all
+  # that a user sees. Everybody resumes from the chief's checkpoints.
+  out = c if chief else _worker_config(c, task_id)
+  tf.io.gfile.makedirs(out.model_dir)
   preprocessor, encoder = load_models(c, strategy)
   splits = input_pipeline.make_splits(c)
-  counts = count_splits(c, splits)
+  counts = count_splits(out, splits)
   for name in ("train", "validation"):
     if counts[name]["rows_used"] == 0:
       raise TrainingError(
@@ -291,7 +301,7 @@ def run(c):
       strategy.num_replicas_in_sync, jit, plan.total_steps,
       plan.steps_per_epoch, plan.warmup_steps)
   _write_json(
-      os.path.join(c.model_dir, "config.json"),
+      os.path.join(out.model_dir, "config.json"),
       dict(
           config=dataclasses.asdict(c),
           plan=dataclasses.asdict(plan),
@@ -299,8 +309,8 @@ def run(c):
           jit_compile=jit,
           tensorflow=tf.__version__))
 
-  trainer = Trainer(c, strategy, encoder, plan, jit)
-  trainer.restore()
+  trainer = Trainer(out, strategy, encoder, plan, jit)
+  trainer.restore(config_lib.locations(c)["checkpoints"])
   packer = preprocessing.make_packer(preprocessor, c.seq_length)
   eval_batch = c.eval_batch_size or c.batch_size
 
@@ -319,7 +329,7 @@ def run(c):
   input_pipeline.check_int_features(train_ds.element_spec)
   iterator = iter(strategy.experimental_distribute_dataset(train_ds))
 
-  summaries = config_lib.locations(c)["summaries"]
+  summaries = config_lib.locations(out)["summaries"]
   train_writer = tf.summary.create_file_writer(os.path.join(summaries, "train"))
   eval_writer = tf.summary.create_file_writer(os.path.join(summaries, "eval"))
   progress = _Progress(plan.total_steps)
@@ -378,13 +388,25 @@ def run(c):
   summary.update(_flat_counts(counts))
   train_writer.flush()
   eval_writer.flush()
-  _write_json(os.path.join(c.model_dir, "summary.json"), summary)
-  if c.export:
-    summary["export_dir"] = _export(c, strategy, trainer.step)
-  _write_json(os.path.join(c.model_dir, "summary.json"), summary)
+  _write_json(os.path.join(out.model_dir, "summary.json"), summary)
+  if out.export:
+    summary["export_dir"] = _export(out, strategy, trainer.step)
+    _write_json(os.path.join(out.model_dir, "summary.json"), summary)
+  if not chief:
+    tf.io.gfile.rmtree(out.model_dir)
   logging.info("Done at step %d: eval accuracy %.4f, eval loss %.4f",
                trainer.step, summary["eval_accuracy"], summary["eval_loss"])
   return summary
+
+
+def _worker_config(c, task_id):
+  tmp = os.path.join(c.model_dir, f".worker-{task_id}-tmp")
+  return dataclasses.replace(
+      c,
+      model_dir=tmp,
+      checkpoint_dir=os.path.join(tmp, "checkpoints"),
+      summary_dir=os.path.join(tmp, "summaries"),
+      export=False)
 
 
 def _export(c, strategy, step):

@@ -1,0 +1,107 @@
+"""MultiWorkerMirroredStrategy with real processes on loopback ports."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _free_ports(n):
+  socks = [socket.socket() for _ in range(n)]
+  for s in socks:
+    s.bind(("127.0.0.1", 0))
+  ports = [s.getsockname()[1] for s in socks]
+  for s in socks:
+    s.close()
+  return ports
+
+
+def _args(demo_paths, encoder, model_dir, strategy):
+  return [
+      sys.executable, "-m", "trainer.main", f"--model_dir={model_dir}",
+      f"--strategy={strategy}", f"--encoder_handle={encoder}",
+      f"--preprocessor_handle={demo_paths['preprocessor']}",
+      f"--train_file={demo_paths['train']}",
+      f"--eval_file={demo_paths['validation']}", "--dropout_rate=0",
+      "--train_steps=6", "--batch_size=16", "--seq_length=32",
+      "--steps_per_loop=3", "--checkpoint_every=3", "--learning_rate=1e-3",
+      "--export=false", "--jit_compile=false"
+  ]
+
+
+def _weights(model_dir):
+  reader = tf.train.load_checkpoint(os.path.join(model_dir, "checkpoints"))
+  return {
+      name: reader.get_tensor(name)
+      for name in reader.get_variable_to_shape_map()
+      if name.startswith(("model/", "encoder_variables/"))
+  }
+
+
+@pytest.mark.slow
+def test_two_worker_processes_equal_one_process(tmp_path, demo_paths,
+                                                no_dropout_encoder):
+  env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+  env.pop("TF_CONFIG", None)
+  reference = str(tmp_path / "single")
+  single = subprocess.run(
+      _args(demo_paths, no_dropout_encoder, reference, "auto"),
+      env=env,
+      cwd=ROOT,
+      capture_output=True,
+      text=True,
+      timeout=600,
+      check=False)
+  assert single.returncode == 0, single.stderr[-3000:]
+
+  shared = str(tmp_path / "multi")
+  ports = _free_ports(2)
+  cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+  procs = []
+  for index in range(2):
+    worker_env = dict(
+        env,
+        TF_CONFIG=json.dumps({
+            "cluster": cluster,
+            "task": {
+                "type": "worker",
+                "index": index
+            }
+        }))
+    procs.append(
+        subprocess.Popen(
+            _args(demo_paths, no_dropout_encoder, shared,
+                  "multi_worker_mirrored"),
+            env=worker_env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True))
+  outputs = [p.communicate(timeout=600) for p in procs]
+  for p, (_, err) in zip(procs, outputs):
+    assert p.returncode == 0, err[-3000:]
+  assert "Replicas: 2" in outputs[0][1]
+
+  # Only the chief wrote into model_dir; the other worker's folder is gone.
+  assert sorted(os.listdir(shared)) == [
+      "checkpoints", "config.json", "data_stats.json", "summaries",
+      "summary.json"
+  ]
+  summary = json.load(open(os.path.join(shared, "summary.json")))
+  assert summary["replicas"] == 2 and summary["final_step"] == 6
+  multi, one = _weights(shared), _weights(reference)
+  assert sorted(multi) == sorted(one)
+  # Every encoder variable and the head are in the checkpoint.
+  encoder = tf.saved_model.load(no_dropout_encoder)
+  assert sum(k.startswith("encoder_variables/") for k in one) == len(
+      encoder.variables)
+  assert "model/kernel/.ATTRIBUTES/VARIABLE_VALUE" in one
+  for name in one:
+    np.testing.assert_allclose(multi[name], one[name], atol=1e-5, err_msg=name)
