@@ -151,6 +151,9 @@ flags.DEFINE_string(
 
 FLAGS = flags.FLAGS
 EXIT_BAD_INPUT = 2
+# SIGTERM/SIGINT: checkpoint saved, rerun to resume (EX_TEMPFAIL in
+# sysexits.h: "temporary failure, try again").
+EXIT_PREEMPTED = 75
 
 
 def config_from_flags():
@@ -186,6 +189,9 @@ def main(argv):
   try:
     c = config_lib.validate(config_from_flags())
     train_lib.run(c)
+  except train_lib.Preempted as e:
+    print(f"preempted: {e}", file=sys.stderr)
+    sys.exit(EXIT_PREEMPTED)
   except errors.USER_ERRORS as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(EXIT_BAD_INPUT)

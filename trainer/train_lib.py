@@ -11,7 +11,9 @@ import dataclasses
 import json
 import math
 import os
+import signal
 import sys
+import threading
 import time
 
 from absl import logging
@@ -30,6 +32,36 @@ _HEAD_ROWS = 2000
 
 class TrainingError(RuntimeError):
   """Training cannot go on (empty data, non-finite loss, ...)."""
+
+
+class Preempted(TrainingError):
+  """SIGTERM/SIGINT arrived; a checkpoint at the current step was saved."""
+
+
+class StopSignals:
+  """Turns SIGTERM and SIGINT into a request checked between loops.
+
+  TPU VMs, GCE and Vertex AI send SIGTERM before preempting; the run then
+  finishes its current loop, saves, and exits (see trainer.main).
+  """
+
+  def __init__(self):
+    self.received = None
+    self._previous = {}
+
+  def _handle(self, signum, frame):
+    del frame
+    self.received = signal.Signals(signum).name
+
+  def __enter__(self):
+    if threading.current_thread() is threading.main_thread():
+      for sig in (signal.SIGTERM, signal.SIGINT):
+        self._previous[sig] = signal.signal(sig, self._handle)
+    return self
+
+  def __exit__(self, *exc):
+    for sig, handler in self._previous.items():
+      signal.signal(sig, handler)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,6 +220,12 @@ class Trainer:
     return self.manager.save(
         checkpoint_number=step, options=self.checkpoint_options)
 
+  def save_unless_saved(self):
+    """Saves at the current step unless the newest checkpoint is for it."""
+    latest = self.manager.latest_checkpoint
+    if latest is None or not latest.endswith(f"-{self.step}"):
+      self.save(self.step)
+
   @property
   def step(self):
     return int(self.optimizer.iterations.numpy())
@@ -333,42 +371,15 @@ def run(c):
   train_writer = tf.summary.create_file_writer(os.path.join(summaries, "train"))
   eval_writer = tf.summary.create_file_writer(os.path.join(summaries, "eval"))
   progress = _Progress(plan.total_steps)
-  train_loss, eval_metrics = float("nan"), None
+
   loop_times = []  # (examples, seconds); the first loop also traces.
   start_step = trainer.step
 
-  while trainer.step < plan.total_steps:
-    step = trainer.step
-    stop = _next_boundary(step, c, plan.total_steps)
-    lr = float(trainer.optimizer.learning_rate())
-    started = time.perf_counter()
-    loss, grad_norm = trainer.train_loop(iterator, tf.constant(stop - step))
-    train_loss, grad_norm = float(loss), float(grad_norm)
-    seconds = time.perf_counter() - started
-    if not math.isfinite(train_loss) or not math.isfinite(grad_norm):
-      raise TrainingError(
-          f"non-finite loss {train_loss} / grad norm {grad_norm} in steps "
-          f"{step}..{stop}; no checkpoint was written for them. Lower "
-          "--learning_rate or check the data.")
-    examples = (stop - step) * c.batch_size
-    loop_times.append((examples, seconds))
-    speed = examples / seconds
-    progress.update(stop, train_loss, lr, speed,
-                    (plan.total_steps - stop) * c.batch_size / speed)
-    with train_writer.as_default(step=stop):
-      tf.summary.scalar("train/loss", train_loss)
-      tf.summary.scalar("train/learning_rate", lr)
-      tf.summary.scalar("train/grad_norm", grad_norm)
-      tf.summary.scalar("train/examples_per_second", speed)
-    if c.eval_every and stop % c.eval_every == 0 and stop < plan.total_steps:
-      eval_metrics = _evaluate(trainer, eval_data("validation"), eval_writer,
-                               stop)
-    if c.checkpoint_every and stop % c.checkpoint_every == 0:
-      trainer.save(stop)
+  with StopSignals() as signals:
+    train_loss = _train(c, trainer, plan, iterator, progress, train_writer,
+                        eval_writer, eval_data, loop_times, signals)
 
-  latest = trainer.manager.latest_checkpoint
-  if latest is None or not latest.endswith(f"-{trainer.step}"):
-    trainer.save(trainer.step)
+  trainer.save_unless_saved()
   eval_metrics = _evaluate(trainer, eval_data("validation"), eval_writer,
                            trainer.step)
   summary = dict(
@@ -397,6 +408,46 @@ def run(c):
   logging.info("Done at step %d: eval accuracy %.4f, eval loss %.4f",
                trainer.step, summary["eval_accuracy"], summary["eval_loss"])
   return summary
+
+
+def _train(c, trainer, plan, iterator, progress, train_writer, eval_writer,
+           eval_data, loop_times, signals):
+  """The loops until the last step; returns the last loop's mean loss."""
+  train_loss = float("nan")
+  while trainer.step < plan.total_steps:
+    step = trainer.step
+    stop = _next_boundary(step, c, plan.total_steps)
+    lr = float(trainer.optimizer.learning_rate())
+    started = time.perf_counter()
+    loss, grad_norm = trainer.train_loop(iterator, tf.constant(stop - step))
+    train_loss, grad_norm = float(loss), float(grad_norm)
+    seconds = time.perf_counter() - started
+    if not math.isfinite(train_loss) or not math.isfinite(grad_norm):
+      raise TrainingError(
+          f"non-finite loss {train_loss} / grad norm {grad_norm} in steps "
+          f"{step}..{stop}; no checkpoint was written for them. Lower "
+          "--learning_rate or check the data.")
+    examples = (stop - step) * c.batch_size
+    loop_times.append((examples, seconds))
+    speed = examples / seconds
+    progress.update(stop, train_loss, lr, speed,
+                    (plan.total_steps - stop) * c.batch_size / speed)
+    with train_writer.as_default(step=stop):
+      tf.summary.scalar("train/loss", train_loss)
+      tf.summary.scalar("train/learning_rate", lr)
+      tf.summary.scalar("train/grad_norm", grad_norm)
+      tf.summary.scalar("train/examples_per_second", speed)
+    if c.eval_every and stop % c.eval_every == 0 and stop < plan.total_steps:
+      _evaluate(trainer, eval_data("validation"), eval_writer, stop)
+    if c.checkpoint_every and stop % c.checkpoint_every == 0:
+      trainer.save(stop)
+    if signals.received:
+      trainer.save_unless_saved()
+      raise Preempted(
+          f"{signals.received} received: stopped after step {stop} with a "
+          f"checkpoint in {trainer.manager.directory}; run the same command "
+          "again to resume")
+  return train_loss
 
 
 def _worker_config(c, task_id):
