@@ -1,14 +1,21 @@
 """Preemption with real signals and real processes."""
 
+import dataclasses
+import glob
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 
 import pytest
 import tensorflow as tf
+
+from trainer import checkpoints
+from trainer import config as config_lib
+from trainer import train_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -70,3 +77,92 @@ def test_signal_saves_a_checkpoint_exits_75_and_the_run_resumes(
   summary = json.load(open(os.path.join(model_dir, "summary.json")))
   assert summary["start_step"] == step
   assert summary["final_step"] == step + 20
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, demo_paths):
+  """A run with checkpoints at steps 6 and 12."""
+  model_dir = str(tmp_path_factory.mktemp("ckpt_run"))
+  c = config_lib.Config(
+      model_dir=model_dir,
+      demo_cache_dir=demo_paths["root"],
+      train_steps=12,
+      batch_size=16,
+      seq_length=32,
+      steps_per_loop=6,
+      checkpoint_every=6,
+      export=False)
+  train_lib.run(c)
+  return c
+
+
+def _copy_run(c, tmp_path):
+  target = str(tmp_path / "run")
+  shutil.copytree(c.model_dir, target)
+  return dataclasses.replace(
+      c, model_dir=target), os.path.join(target, "checkpoints")
+
+
+def _data_shard(directory, step):
+  return glob.glob(os.path.join(directory, f"ckpt-{step}.data-*"))[0]
+
+
+CORRUPTIONS = {
+    "empty state file":
+        lambda d: open(os.path.join(d, "checkpoint"), "w").close(),
+    "garbled state file":
+        lambda d: open(os.path.join(d, "checkpoint"), "w").write(
+            "model_checkpoint_path: \x00\x01 garbage {{{"),
+    "missing index":
+        lambda d: os.remove(os.path.join(d, "ckpt-12.index")),
+    "truncated data shard":
+        lambda d: open(_data_shard(d, 12), "r+b").truncate(
+            os.path.getsize(_data_shard(d, 12)) // 2),
+    "leftover temporary folder":
+        lambda d: os.makedirs(os.path.join(d, "ckpt-18_temp", "part-00000")),
+}
+# Which checkpoint the run must resume from after each corruption.
+EXPECTED = {
+    "empty state file": 12,
+    "garbled state file": 12,
+    "missing index": 6,
+    "truncated data shard": 6,
+    "leftover temporary folder": 12,
+}
+
+
+@pytest.mark.parametrize("case", sorted(CORRUPTIONS))
+def test_corrupted_checkpoints_fall_back_to_the_newest_intact(
+    trained, tmp_path, case):
+  _, directory = _copy_run(trained, tmp_path)
+  CORRUPTIONS[case](directory)
+  report = checkpoints.repair(directory)
+  assert report.intact == os.path.join(directory, f"ckpt-{EXPECTED[case]}")
+  if EXPECTED[case] == 6:
+    assert [os.path.basename(p) for p, _ in report.skipped] == ["ckpt-12"]
+    assert glob.glob(os.path.join(directory, "broken-ckpt-12.*"))
+  if "state file" in case:
+    assert report.state_file_broken
+  if "temporary" in case:
+    assert report.removed == ["ckpt-18_temp"]
+    assert not os.path.exists(os.path.join(directory, "ckpt-18_temp"))
+  # The state file now names the intact checkpoint.
+  assert tf.train.latest_checkpoint(directory) == report.intact
+
+
+def test_resume_after_a_truncated_shard_starts_from_the_older_checkpoint(
+    trained, tmp_path):
+  c, directory = _copy_run(trained, tmp_path)
+  CORRUPTIONS["truncated data shard"](directory)
+  summary = train_lib.run(dataclasses.replace(c, train_steps=18))
+  assert summary["start_step"] == 6 and summary["final_step"] == 18
+
+
+def test_no_intact_checkpoint_is_a_clear_error(trained, tmp_path):
+  _, directory = _copy_run(trained, tmp_path)
+  for step in (6, 12):
+    os.remove(os.path.join(directory, f"ckpt-{step}.index"))
+  with pytest.raises(
+      checkpoints.CheckpointError,
+      match=r"holds checkpoints \[12, 6\] but none is intact"):
+    checkpoints.repair(directory)

@@ -19,6 +19,7 @@ import time
 from absl import logging
 import tensorflow as tf
 
+from trainer import checkpoints
 from trainer import config as config_lib
 from trainer import distribute
 from trainer import input_pipeline
@@ -230,9 +231,8 @@ class Trainer:
   def step(self):
     return int(self.optimizer.iterations.numpy())
 
-  def restore(self, directory):
-    """Restores the newest checkpoint in `directory`; returns it or None."""
-    latest = tf.train.latest_checkpoint(directory)
+  def restore(self, latest):
+    """Restores the checkpoint at prefix `latest` (None: nothing to do)."""
     if latest:
       self.checkpoint.restore(
           latest,
@@ -347,8 +347,13 @@ def run(c):
           jit_compile=jit,
           tensorflow=tf.__version__))
 
+  checkpoint_dir = config_lib.locations(c)["checkpoints"]
+  if chief:
+    latest = checkpoints.repair(checkpoint_dir).intact
+  else:
+    latest = tf.train.latest_checkpoint(checkpoint_dir)
   trainer = Trainer(out, strategy, encoder, plan, jit)
-  trainer.restore(config_lib.locations(c)["checkpoints"])
+  trainer.restore(latest)
   packer = preprocessing.make_packer(preprocessor, c.seq_length)
   eval_batch = c.eval_batch_size or c.batch_size
 

@@ -1,0 +1,125 @@
+"""Checkpoint integrity: find the newest checkpoint that is whole.
+
+A job killed mid-save, a disk that filled up or a copy gone wrong can leave an
+empty or garbled `checkpoint` state file, a data shard without its `.index`,
+a truncated data shard, or the `<prefix>_temp` folder of an interrupted
+sharded save. `repair` finds the newest checkpoint whose index and every
+tensor read back, moves broken ones aside (renamed `broken-...`, never
+deleted), removes leftover temporary folders, rewrites the state file, and
+reports what it skipped. A run never resumes from a broken checkpoint and
+never silently starts from scratch when checkpoints exist.
+"""
+
+import dataclasses
+import os
+import re
+
+from absl import logging
+import tensorflow as tf
+
+_STEP = re.compile(r"ckpt-(\d+)(?:\.index|\.data-\d+-of-\d+)$")
+
+
+class CheckpointError(RuntimeError):
+  """Checkpoints exist but none is intact."""
+
+
+@dataclasses.dataclass
+class Report:
+  intact: str | None = None
+  skipped: list = dataclasses.field(default_factory=list)  # (prefix, why)
+  removed: list = dataclasses.field(default_factory=list)  # temp folders
+  state_file_broken: bool = False
+
+
+def _problem(prefix):
+  """Why the checkpoint at `prefix` cannot be restored, or None."""
+  if not tf.io.gfile.exists(prefix + ".index"):
+    return "missing .index"
+  try:
+    reader = tf.train.load_checkpoint(prefix)
+    for name in reader.get_variable_to_shape_map():
+      reader.get_tensor(name)
+  except (tf.errors.OpError, ValueError, IndexError) as e:
+    # A truncated shard shows up as IndexError ("Read less bytes than
+    # requested") from the reader, a garbled one as an OpError.
+    lines = str(e).strip().splitlines()
+    return f"unreadable ({lines[0][:200] if lines else type(e).__name__})"
+  return None
+
+
+def _state_file_ok(directory):
+  path = os.path.join(directory, "checkpoint")
+  if not tf.io.gfile.exists(path):
+    return True
+  try:
+    state = tf.train.get_checkpoint_state(directory)
+  except Exception:  # pylint: disable=broad-except  (text_format errors)
+    return False
+  return state is not None and bool(state.model_checkpoint_path)
+
+
+def _write_state(directory, latest, kept):
+  """The `checkpoint` state file, as CheckpointManager writes it."""
+  lines = [f'model_checkpoint_path: "{os.path.basename(latest)}"']
+  lines += [
+      f'all_model_checkpoint_paths: "{os.path.basename(p)}"' for p in kept
+  ]
+  with tf.io.gfile.GFile(os.path.join(directory, "checkpoint"), "w") as f:
+    f.write("\n".join(lines) + "\n")
+
+
+def repair(directory):
+  """Makes `directory` safe to resume from; returns a Report.
+
+  Raises:
+    CheckpointError: checkpoints exist but none is intact.
+  """
+  report = Report()
+  if not tf.io.gfile.isdir(directory):
+    return report
+  names = tf.io.gfile.listdir(directory)
+  for name in names:
+    if name.rstrip("/").endswith("_temp") or "_temp_" in name:
+      tf.io.gfile.rmtree(os.path.join(directory, name.rstrip("/")))
+      report.removed.append(name.rstrip("/"))
+  steps = sorted({int(m.group(1)) for m in map(_STEP.match, names) if m},
+                 reverse=True)
+  report.state_file_broken = not _state_file_ok(directory)
+  for step in steps:
+    prefix = os.path.join(directory, f"ckpt-{step}")
+    why = _problem(prefix)
+    if why is None:
+      report.intact = prefix
+      break
+    report.skipped.append((prefix, why))
+    for name in tf.io.gfile.glob(prefix + ".*"):
+      tf.io.gfile.rename(
+          name,
+          os.path.join(directory, "broken-" + os.path.basename(name)),
+          overwrite=True)
+  if steps and report.intact is None:
+    raise CheckpointError(
+        f"{directory} holds checkpoints {steps} but none is intact (" +
+        "; ".join(f"{os.path.basename(p)}: {w}" for p, w in report.skipped) +
+        "). Restore them from a backup, or point --model_dir/"
+        "--checkpoint_dir at an empty folder to start from scratch.")
+  if report.skipped or report.state_file_broken:
+    state = os.path.join(directory, "checkpoint")
+    if tf.io.gfile.exists(state):
+      tf.io.gfile.remove(state)
+    if report.intact:
+      prefixes = [os.path.join(directory, f"ckpt-{s}") for s in sorted(steps)]
+      kept = [p for p in prefixes if tf.io.gfile.exists(p + ".index")]
+      _write_state(directory, report.intact, kept)
+  for prefix, why in report.skipped:
+    logging.warning(
+        "Skipped broken checkpoint %s (%s); moved aside as "
+        "broken-*", prefix, why)
+  for name in report.removed:
+    logging.warning("Removed %s, left by an interrupted save", name)
+  if report.state_file_broken:
+    logging.warning(
+        "The checkpoint state file in %s was empty or garbled; "
+        "rewritten", directory)
+  return report
