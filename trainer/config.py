@@ -70,7 +70,7 @@ class Config:
   export: bool = True
   checkpoint_dir: str = ""
   summary_dir: str = ""
-  export_dir: str = ""
+  export_base_dir: str = ""
 
   def to_json(self):
     return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -108,14 +108,14 @@ def locations(c):
   return dict(
       checkpoints=c.checkpoint_dir or os.path.join(c.model_dir, "checkpoints"),
       summaries=c.summary_dir or os.path.join(c.model_dir, "summaries"),
-      export=c.export_dir or os.path.join(c.model_dir, "export"))
+      export=c.export_base_dir or os.path.join(c.model_dir, "export"))
 
 
 # Vertex AI sets these for custom jobs; they are the defaults of the flags.
 VERTEX_ENV = dict(
     checkpoint_dir="AIP_CHECKPOINT_DIR",
     summary_dir="AIP_TENSORBOARD_LOG_DIR",
-    export_dir="AIP_MODEL_DIR")
+    export_base_dir="AIP_MODEL_DIR")
 
 
 def _fail(flag, value, valid):

@@ -145,8 +145,8 @@ flags.DEFINE_string(
     "TensorBoard summaries ('' = $AIP_TENSORBOARD_LOG_DIR, "
     "else model_dir/summaries).")
 flags.DEFINE_string(
-    "export_dir", _D.export_dir,
-    "Exports go to <export_dir>/<step> ('' = $AIP_MODEL_DIR, "
+    "export_base_dir", _D.export_base_dir,
+    "Exports go to <export_base_dir>/<step> ('' = $AIP_MODEL_DIR, "
     "else model_dir/export).")
 
 FLAGS = flags.FLAGS
