@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -166,3 +167,52 @@ def test_no_intact_checkpoint_is_a_clear_error(trained, tmp_path):
       checkpoints.CheckpointError,
       match=r"holds checkpoints \[12, 6\] but none is intact"):
     checkpoints.repair(directory)
+
+
+def _all_finite(directory):
+  for prefix in glob.glob(os.path.join(directory, "ckpt-*.index")):
+    reader = tf.train.load_checkpoint(prefix[:-len(".index")])
+    for name in reader.get_variable_to_shape_map():
+      value = reader.get_tensor(name)
+      if hasattr(value, "dtype") and value.dtype.kind == "f":
+        assert np.isfinite(value).all(), (prefix, name)
+
+
+def _nan_config(tmp_path, demo_paths, steps):
+  return config_lib.Config(
+      model_dir=str(tmp_path / "run"),
+      demo_cache_dir=demo_paths["root"],
+      train_steps=steps,
+      batch_size=16,
+      seq_length=32,
+      steps_per_loop=6,
+      checkpoint_every=6,
+      export=False)
+
+
+def test_nan_rolls_back_skips_the_bad_batches_and_finishes(
+    tmp_path, demo_paths, monkeypatch):
+  monkeypatch.setenv("BERT_TRAINER_FAULT_NAN_BATCHES", "14")
+  c = _nan_config(tmp_path, demo_paths, 24)
+  summary = train_lib.run(c)
+  assert summary["final_step"] == 24 and summary["nan_recoveries"] == 1
+  directory = os.path.join(c.model_dir, "checkpoints")
+  _all_finite(directory)
+  reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(directory))
+  # Steps 12..18 consumed batches 12..18 and were thrown away: from then on
+  # the data runs 6 batches ahead of the step counter.
+  assert reader.get_tensor("data_skip/.ATTRIBUTES/VARIABLE_VALUE") == 6
+
+
+def test_repeated_nan_stops_after_max_recoveries(tmp_path, demo_paths,
+                                                 monkeypatch):
+  monkeypatch.setenv("BERT_TRAINER_FAULT_NAN_BATCHES", "14,20,26")
+  c = _nan_config(tmp_path, demo_paths, 36)
+  with pytest.raises(
+      train_lib.TrainingError,
+      match=r"gave up after 2 rollback\(s\) "
+      r"\(--max_nan_recoveries=2\)"):
+    train_lib.run(c)
+  directory = os.path.join(c.model_dir, "checkpoints")
+  _all_finite(directory)
+  assert tf.train.latest_checkpoint(directory).endswith("ckpt-12")

@@ -71,6 +71,7 @@ class Config:
   checkpoint_dir: str = ""
   summary_dir: str = ""
   export_base_dir: str = ""
+  max_nan_recoveries: int = 2
 
   def to_json(self):
     return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -219,7 +220,7 @@ def validate(c):
                "read_stripes"):
     if getattr(c, flag) < 1:
       _fail(flag, getattr(c, flag), "must be >= 1")
-  for flag in ("eval_every", "checkpoint_every"):
+  for flag in ("eval_every", "checkpoint_every", "max_nan_recoveries"):
     if getattr(c, flag) < 0:
       _fail(flag, getattr(c, flag), "must be >= 0 (0 = only at the end)")
   return c

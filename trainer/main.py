@@ -149,6 +149,11 @@ flags.DEFINE_string(
     "Exports go to <export_base_dir>/<step> ('' = $AIP_MODEL_DIR, "
     "else model_dir/export).")
 
+flags.DEFINE_integer(
+    "max_nan_recoveries", _D.max_nan_recoveries,
+    "On a non-finite loss or gradient norm, roll back to the newest "
+    "checkpoint and skip the bad batches at most this many times.")
+
 FLAGS = flags.FLAGS
 EXIT_BAD_INPUT = 2
 # SIGTERM/SIGINT: checkpoint saved, rerun to resume (EX_TEMPFAIL in

@@ -22,6 +22,7 @@ import tensorflow as tf
 from trainer import checkpoints
 from trainer import config as config_lib
 from trainer import distribute
+from trainer import faults
 from trainer import input_pipeline
 from trainer import model as model_lib
 from trainer import optimization
@@ -195,13 +196,22 @@ class Trainer:
           schedule,
           weight_decay=c.weight_decay,
           clip_norm=c.clip_norm)
+      # Batches skipped after non-finite losses: the data position is
+      # step + data_skip, saved with the weights.
+      self.data_skip = tf.Variable(
+          0,
+          dtype=tf.int64,
+          trainable=False,
+          name="data_skip",
+          aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
     # The encoder's variables are also listed explicitly: how a loaded
     # SavedModel's object graph is checkpointed depends on how it was saved,
     # and a list of variables is saved whatever the handle.
     self.checkpoint = tf.train.Checkpoint(
         model=self.model,
         optimizer=self.optimizer,
-        encoder_variables=list(encoder.variables))
+        encoder_variables=list(encoder.variables),
+        data_skip=self.data_skip)
     self.checkpoint_options = tf.train.CheckpointOptions(
         experimental_io_device=_io_device(c))
     self.manager = tf.train.CheckpointManager(
@@ -220,6 +230,11 @@ class Trainer:
   def save(self, step):
     return self.manager.save(
         checkpoint_number=step, options=self.checkpoint_options)
+
+  @property
+  def data_position(self):
+    """Batches consumed from the training stream (steps + skipped)."""
+    return self.step + int(self.data_skip.numpy())
 
   def save_unless_saved(self):
     """Saves at the current step unless the newest checkpoint is for it."""
@@ -361,16 +376,19 @@ def run(c):
     ds = input_pipeline.eval_dataset(splits[name], packer, eval_batch)
     return strategy.experimental_distribute_dataset(ds)
 
-  train_ds = input_pipeline.train_dataset(
-      splits["train"],
-      packer,
-      c.batch_size,
-      plan.steps_per_epoch,
-      start_step=trainer.step,
-      seed=c.seed,
-      shuffle_buffer=c.shuffle_buffer)
-  input_pipeline.check_int_features(train_ds.element_spec)
-  iterator = iter(strategy.experimental_distribute_dataset(train_ds))
+  def data_at(position):
+    """The distributed training stream from batch `position` on."""
+    ds = input_pipeline.train_dataset(
+        splits["train"],
+        packer,
+        c.batch_size,
+        plan.steps_per_epoch,
+        start_step=position,
+        seed=c.seed,
+        shuffle_buffer=c.shuffle_buffer,
+        read_stripes=c.read_stripes)
+    input_pipeline.check_int_features(ds.element_spec)
+    return iter(strategy.experimental_distribute_dataset(ds))
 
   summaries = config_lib.locations(out)["summaries"]
   train_writer = tf.summary.create_file_writer(os.path.join(summaries, "train"))
@@ -381,8 +399,9 @@ def run(c):
   start_step = trainer.step
 
   with StopSignals() as signals:
-    train_loss = _train(c, trainer, plan, iterator, progress, train_writer,
-                        eval_writer, eval_data, loop_times, signals)
+    train_loss, recoveries = _train(c, trainer, plan, data_at, progress,
+                                    train_writer, eval_writer, eval_data,
+                                    loop_times, signals)
 
   trainer.save_unless_saved()
   eval_metrics = _evaluate(trainer, eval_data("validation"), eval_writer,
@@ -396,6 +415,7 @@ def run(c):
       eval_examples=eval_metrics["examples"],
       examples_per_second=_throughput(loop_times),
       examples={name: counts[name]["rows_used"] for name in counts},
+      nan_recoveries=recoveries,
       replicas=strategy.num_replicas_in_sync,
       total_steps=plan.total_steps)
   if counts.get("test", {}).get("rows_used"):
@@ -415,23 +435,50 @@ def run(c):
   return summary
 
 
-def _train(c, trainer, plan, iterator, progress, train_writer, eval_writer,
+def _train(c, trainer, plan, data_at, progress, train_writer, eval_writer,
            eval_data, loop_times, signals):
-  """The loops until the last step; returns the last loop's mean loss."""
+  """The loops until the last step; returns the last loop's mean loss.
+
+  A non-finite loss or gradient norm is caught at the loop boundary, before
+  any save: the run rolls back to the newest checkpoint, skips the batches of
+  the bad loop, and goes on, at most --max_nan_recoveries times.
+  """
   train_loss = float("nan")
+  recoveries = 0
+  iterator = data_at(trainer.data_position)
   while trainer.step < plan.total_steps:
-    step = trainer.step
+    step, position = trainer.step, trainer.data_position
     stop = _next_boundary(step, c, plan.total_steps)
     lr = float(trainer.optimizer.learning_rate())
     started = time.perf_counter()
     loss, grad_norm = trainer.train_loop(iterator, tf.constant(stop - step))
     train_loss, grad_norm = float(loss), float(grad_norm)
+    if faults.nan_in(position, position + stop - step):
+      train_loss = float("nan")
     seconds = time.perf_counter() - started
     if not math.isfinite(train_loss) or not math.isfinite(grad_norm):
-      raise TrainingError(
-          f"non-finite loss {train_loss} / grad norm {grad_norm} in steps "
-          f"{step}..{stop}; no checkpoint was written for them. Lower "
-          "--learning_rate or check the data.")
+      recoveries += 1
+      where = (
+          f"non-finite loss {train_loss} / grad norm {grad_norm} in "
+          f"steps {step}..{stop} (batches {position}..{position + stop - step})"
+      )
+      latest = tf.train.latest_checkpoint(trainer.manager.directory)
+      if recoveries > c.max_nan_recoveries or latest is None:
+        reason = (f"gave up after {recoveries - 1} rollback(s) "
+                  f"(--max_nan_recoveries={c.max_nan_recoveries})"
+                  if latest else "no checkpoint to roll back to")
+        raise TrainingError(
+            f"{where}; no checkpoint was written for them; {reason}. Lower "
+            "--learning_rate or check the data.")
+      skip_to = position + stop - step
+      trainer.restore(latest)
+      trainer.data_skip.assign(skip_to - trainer.step)
+      logging.warning(
+          "%s: rolled back to %s and skipping to batch %d "
+          "(recovery %d of %d)", where, latest, skip_to, recoveries,
+          c.max_nan_recoveries)
+      iterator = data_at(trainer.data_position)
+      continue
     examples = (stop - step) * c.batch_size
     loop_times.append((examples, seconds))
     speed = examples / seconds
@@ -452,7 +499,7 @@ def _train(c, trainer, plan, iterator, progress, train_writer, eval_writer,
           f"{signals.received} received: stopped after step {stop} with a "
           f"checkpoint in {trainer.manager.directory}; run the same command "
           "again to resume")
-  return train_loss
+  return train_loss, recoveries
 
 
 def _worker_config(c, task_id):
