@@ -216,3 +216,34 @@ def test_repeated_nan_stops_after_max_recoveries(tmp_path, demo_paths,
   directory = os.path.join(c.model_dir, "checkpoints")
   _all_finite(directory)
   assert tf.train.latest_checkpoint(directory).endswith("ckpt-12")
+
+
+def test_early_stopping_keeps_and_restores_the_best_checkpoint(
+    tmp_path, demo_paths):
+  # A learning rate this large makes the validation loss worse after the
+  # first eval, so patience runs out and the best checkpoint is the first.
+  c = config_lib.Config(
+      model_dir=str(tmp_path / "run"),
+      demo_cache_dir=demo_paths["root"],
+      train_steps=60,
+      batch_size=16,
+      seq_length=32,
+      steps_per_loop=5,
+      eval_every=5,
+      checkpoint_every=5,
+      learning_rate=0.5,
+      warmup_fraction=0.0,
+      early_stopping_patience=2)
+  summary = train_lib.run(c)
+  best = json.load(
+      open(os.path.join(c.model_dir, "checkpoints", "best", "best.json")))
+  assert summary["stopped_early"] is True
+  assert summary["final_step"] == best["step"] + 2 * 5
+  assert summary["best_step"] == best["step"]
+  assert best["evals_since_best"] == 2
+  # What the run reports and exports is the best model.
+  assert summary["eval_loss"] == pytest.approx(best["value"], rel=1e-6)
+  assert summary["export_dir"].endswith(f"/export/{best['step']}")
+  assert tf.train.latest_checkpoint(
+      os.path.join(c.model_dir, "checkpoints",
+                   "best")).endswith(f"best-{best['step']}")

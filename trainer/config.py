@@ -72,6 +72,8 @@ class Config:
   summary_dir: str = ""
   export_base_dir: str = ""
   max_nan_recoveries: int = 2
+  early_stopping_patience: int = 0
+  early_stopping_metric: str = "eval/loss"
 
   def to_json(self):
     return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -220,7 +222,14 @@ def validate(c):
                "read_stripes"):
     if getattr(c, flag) < 1:
       _fail(flag, getattr(c, flag), "must be >= 1")
-  for flag in ("eval_every", "checkpoint_every", "max_nan_recoveries"):
+  if c.early_stopping_metric not in ("eval/loss", "eval/accuracy"):
+    _fail("early_stopping_metric", c.early_stopping_metric,
+          "choose eval/loss or eval/accuracy")
+  if c.early_stopping_patience and not c.eval_every:
+    _fail("early_stopping_patience", c.early_stopping_patience,
+          "needs --eval_every > 0 (patience is counted in evals)")
+  for flag in ("eval_every", "checkpoint_every", "max_nan_recoveries",
+               "early_stopping_patience"):
     if getattr(c, flag) < 0:
       _fail(flag, getattr(c, flag), "must be >= 0 (0 = only at the end)")
   return c

@@ -154,6 +154,16 @@ flags.DEFINE_integer(
     "On a non-finite loss or gradient norm, roll back to the newest "
     "checkpoint and skip the bad batches at most this many times.")
 
+flags.DEFINE_integer(
+    "early_stopping_patience", _D.early_stopping_patience,
+    "Stop after this many evals without a better --early_stopping_metric "
+    "(0 = never).")
+flags.DEFINE_enum(
+    "early_stopping_metric", _D.early_stopping_metric,
+    ["eval/loss", "eval/accuracy"],
+    "Metric that picks the best checkpoint (kept in "
+    "checkpoints/best and restored at the end).")
+
 FLAGS = flags.FLAGS
 EXIT_BAD_INPUT = 2
 # SIGTERM/SIGINT: checkpoint saved, rerun to resume (EX_TEMPFAIL in

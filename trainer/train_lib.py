@@ -398,16 +398,37 @@ def run(c):
   loop_times = []  # (examples, seconds); the first loop also traces.
   start_step = trainer.step
 
+  best = BestKeeper(
+      os.path.join(config_lib.locations(out)["checkpoints"], "best"), trainer,
+      c.early_stopping_metric, c.early_stopping_patience)
+
+  evaluated = {}  # step -> (metrics, stop): the same step is never redone
+
+  def evaluate(step):
+    """Evaluates; returns (metrics, whether early stopping says stop)."""
+    if step not in evaluated:
+      metrics = _evaluate(trainer, eval_data("validation"), eval_writer, step)
+      evaluated[step] = (metrics, best.update(metrics, step))
+    return evaluated[step]
+
   with StopSignals() as signals:
-    train_loss, recoveries = _train(c, trainer, plan, data_at, progress,
-                                    train_writer, eval_writer, eval_data,
-                                    loop_times, signals)
+    train_loss, recoveries, stopped_early = _train(c, trainer, plan, data_at,
+                                                   progress, train_writer,
+                                                   evaluate, loop_times,
+                                                   signals)
 
   trainer.save_unless_saved()
-  eval_metrics = _evaluate(trainer, eval_data("validation"), eval_writer,
-                           trainer.step)
+  final_step = trainer.step
+  eval_metrics, _ = evaluate(final_step)
+  if best.state["step"] not in (None, final_step):
+    # The model the run hands over (and exports) is the best one.
+    trainer.restore(best.manager.latest_checkpoint)
+    eval_metrics = trainer.evaluate(eval_data("validation"))
   summary = dict(
-      final_step=trainer.step,
+      final_step=final_step,
+      best_step=best.state["step"],
+      best_metric={c.early_stopping_metric: best.state["value"]},
+      stopped_early=stopped_early,
       start_step=start_step,
       train_loss=train_loss,
       eval_accuracy=eval_metrics["accuracy"],
@@ -435,8 +456,8 @@ def run(c):
   return summary
 
 
-def _train(c, trainer, plan, data_at, progress, train_writer, eval_writer,
-           eval_data, loop_times, signals):
+def _train(c, trainer, plan, data_at, progress, train_writer, evaluate,
+           loop_times, signals):
   """The loops until the last step; returns the last loop's mean loss.
 
   A non-finite loss or gradient norm is caught at the loop boundary, before
@@ -490,7 +511,11 @@ def _train(c, trainer, plan, data_at, progress, train_writer, eval_writer,
       tf.summary.scalar("train/grad_norm", grad_norm)
       tf.summary.scalar("train/examples_per_second", speed)
     if c.eval_every and stop % c.eval_every == 0 and stop < plan.total_steps:
-      _evaluate(trainer, eval_data("validation"), eval_writer, stop)
+      if evaluate(stop)[1]:
+        logging.info("Early stopping at step %d: no better %s in %d evals",
+                     stop, c.early_stopping_metric, c.early_stopping_patience)
+        trainer.save_unless_saved()
+        return train_loss, recoveries, True
     if c.checkpoint_every and stop % c.checkpoint_every == 0:
       trainer.save(stop)
     if signals.received:
@@ -499,7 +524,7 @@ def _train(c, trainer, plan, data_at, progress, train_writer, eval_writer,
           f"{signals.received} received: stopped after step {stop} with a "
           f"checkpoint in {trainer.manager.directory}; run the same command "
           "again to resume")
-  return train_loss, recoveries
+  return train_loss, recoveries, False
 
 
 def _worker_config(c, task_id):
@@ -529,6 +554,41 @@ def _throughput(loop_times):
   timed = loop_times[1:] or loop_times
   seconds = sum(s for _, s in timed)
   return sum(e for e, _ in timed) / seconds if seconds else None
+
+
+class BestKeeper:
+  """Keeps the best checkpoint by an eval metric apart from the rolling ones,
+  and counts evals without improvement for early stopping.
+
+  State (best value and step, evals since) lives in <dir>/best.json, so a
+  resumed run keeps counting where it stopped.
+  """
+
+  def __init__(self, directory, trainer, metric, patience):
+    self.directory, self.trainer = directory, trainer
+    self.key = metric.split("/", 1)[-1]  # "eval/loss" -> "loss"
+    self.lower_is_better = self.key == "loss"
+    self.patience = patience
+    self.manager = tf.train.CheckpointManager(
+        trainer.checkpoint, directory, max_to_keep=1, checkpoint_name="best")
+    self.state = _read_json(os.path.join(directory, "best.json")) or dict(
+        value=None, step=None, evals_since_best=0)
+
+  def update(self, metrics, step):
+    """Records an eval; returns True when early stopping should stop."""
+    value = metrics[self.key]
+    best = self.state["value"]
+    better = best is None or (value < best
+                              if self.lower_is_better else value > best)
+    if better:
+      self.manager.save(
+          checkpoint_number=step, options=self.trainer.checkpoint_options)
+      self.state = dict(value=value, step=step, evals_since_best=0)
+    else:
+      self.state["evals_since_best"] += 1
+    _write_json(os.path.join(self.directory, "best.json"), self.state)
+    return bool(self.patience and
+                self.state["evals_since_best"] >= self.patience)
 
 
 def _evaluate(trainer, dataset, writer, step):
