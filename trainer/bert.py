@@ -81,10 +81,14 @@ class _LayerNorm(tf.Module):
                                       self.eps) * self.gamma + self.beta
 
 
-def _dropout(x, rate, training):
+def _dropout(x, rate, training, rng):
+  """Dropout drawing from `rng`, a tf.random.Generator whose state is a
+  variable of the encoder: checkpointed with the weights, so a resumed run
+  draws exactly the masks an uninterrupted one would."""
   if not training or rate == 0.0:
     return x
-  return tf.nn.dropout(x, rate=rate)
+  keep = rng.uniform(tf.shape(x)) >= rate
+  return tf.where(keep, x / (1.0 - rate), tf.zeros_like(x))
 
 
 class _TransformerLayer(tf.Module):
@@ -114,19 +118,19 @@ class _TransformerLayer(tf.Module):
     x = tf.reshape(x, [batch, length, self.num_heads, self.head_size])
     return tf.transpose(x, [0, 2, 1, 3])  # [batch, heads, length, head_size]
 
-  def __call__(self, x, attention_bias, training):
+  def __call__(self, x, attention_bias, training, rng):
     q, k, v = self._heads(self.query(x)), self._heads(self.key(x)), self._heads(
         self.value(x))
     scores = tf.matmul(q, k, transpose_b=True) / math.sqrt(self.head_size)
     probs = tf.nn.softmax(scores + attention_bias, axis=-1)
-    probs = _dropout(probs, self.dropout_rate, training)
+    probs = _dropout(probs, self.dropout_rate, training, rng)
     context = tf.transpose(tf.matmul(probs, v), [0, 2, 1, 3])
     context = tf.reshape(context, tf.shape(x))
     attended = _dropout(
-        self.attention_output(context), self.dropout_rate, training)
+        self.attention_output(context), self.dropout_rate, training, rng)
     x = self.attention_layer_norm(x + attended)
     hidden = tf.nn.gelu(self.intermediate(x), approximate=False)
-    out = _dropout(self.output_dense(hidden), self.dropout_rate, training)
+    out = _dropout(self.output_dense(hidden), self.dropout_rate, training, rng)
     return self.output_layer_norm(x + out)
 
 
@@ -155,6 +159,8 @@ class BertEncoder(tf.Module):
           for i in range(config.num_layers)
       ]
       self.pooler = _Dense(h, h, s, rng, "pooler_transform")
+      # Dropout's random state: a (non-trainable) variable like the weights.
+      self.dropout_rng = tf.random.Generator.from_seed(seed + 1_000_003)
 
   def __call__(self, inputs, training=False):
     """Runs the encoder.
@@ -179,12 +185,13 @@ class BertEncoder(tf.Module):
         tf.gather(self.type_embeddings, type_ids) +
         self.position_embeddings[tf.newaxis, :length, :])
     x = _dropout(
-        self.embeddings_layer_norm(x), self.config.dropout_rate, training)
+        self.embeddings_layer_norm(x), self.config.dropout_rate, training,
+        self.dropout_rng)
     # Padding positions get a large negative bias before the softmax.
     attention_bias = (1.0 - mask[:, tf.newaxis, tf.newaxis, :]) * -10000.0
     encoder_outputs = []
     for layer in self.layers:
-      x = layer(x, attention_bias, training)
+      x = layer(x, attention_bias, training, self.dropout_rng)
       encoder_outputs.append(x)
     pooled = tf.tanh(self.pooler(x[:, 0, :]))
     return dict(

@@ -72,6 +72,7 @@ class Config:
   summary_dir: str = ""
   export_base_dir: str = ""
   max_nan_recoveries: int = 2
+  deterministic: bool = False
   early_stopping_patience: int = 0
   early_stopping_metric: str = "eval/loss"
 

@@ -16,7 +16,7 @@ import tensorflow as tf
 from trainer import bert
 from trainer import preprocessing
 
-VERSION = 2
+VERSION = 3
 SENTINEL = "demo"
 
 _POSITIVE = ("good great love loved amazing wonderful happy awesome excellent "

@@ -164,6 +164,11 @@ flags.DEFINE_enum(
     "Metric that picks the best checkpoint (kept in "
     "checkpoints/best and restored at the end).")
 
+flags.DEFINE_bool(
+    "deterministic", _D.deterministic,
+    "TF op determinism and fixed seeds: the same flags give bit-identical "
+    "weights on CPU, also across kills and resumes. Slower on GPU.")
+
 FLAGS = flags.FLAGS
 EXIT_BAD_INPUT = 2
 # SIGTERM/SIGINT: checkpoint saved, rerun to resume (EX_TEMPFAIL in

@@ -99,7 +99,13 @@ def _read_json(path):
   if not tf.io.gfile.exists(path):
     return None
   with tf.io.gfile.GFile(path) as f:
-    return json.loads(f.read())
+    text = f.read()
+  try:
+    return json.loads(text)
+  except ValueError:
+    # A kill mid-write: these files are caches or rewritten state.
+    logging.warning("Ignoring %s: not valid JSON (an interrupted write?)", path)
+    return None
 
 
 def resolve_jit(c, strategy):
@@ -324,6 +330,12 @@ def run(c):
   """Trains and evaluates per `c`; returns the summary dict (also written to
   model_dir/summary.json)."""
   config_lib.validate(c)
+  if c.deterministic:
+    # Data order, splits, the head's dropout and the demo encoder's dropout
+    # are functions of seeds and checkpointed state already; this makes the
+    # kernels deterministic too.
+    tf.config.experimental.enable_op_determinism()
+    tf.random.set_seed(c.seed)
   distribute.check_paths_for_tpu(
       c.tpu,
       dict(
