@@ -69,27 +69,28 @@ def test_end_to_end_on_ram_filesystem(tmp_path, demo_paths, monkeypatch):
   assert not (tmp_path / "home").exists()
 
 
-@pytest.mark.slow
-def test_vertex_ai_variables_choose_the_output_locations(tmp_path, demo_paths):
-  env = dict(
-      os.environ,
-      PYTHONPATH=ROOT,
-      TF_CPP_MIN_LOG_LEVEL="2",
-      AIP_MODEL_DIR=str(tmp_path / "aip_model"),
-      AIP_CHECKPOINT_DIR=str(tmp_path / "aip_ckpt"),
-      AIP_TENSORBOARD_LOG_DIR=str(tmp_path / "aip_tb"))
-  result = subprocess.run([
-      sys.executable, "-m", "trainer.main",
-      f"--flagfile={ROOT}/flags/demo_quick.flags", "--train_steps=10",
-      f"--model_dir={tmp_path}/run", f"--demo_cache_dir={demo_paths['root']}"
-  ],
-                          env=env,
-                          cwd=ROOT,
-                          capture_output=True,
-                          text=True,
-                          timeout=300,
-                          check=False)
-  assert result.returncode == 0, result.stderr[-3000:]
+def test_vertex_ai_variables_choose_the_output_locations(
+    tmp_path, demo_paths, monkeypatch):
+  from absl import flags
+  from trainer import main as trainer_main  # defines the flags
+  for name, sub in (("AIP_MODEL_DIR", "aip_model"), ("AIP_CHECKPOINT_DIR",
+                                                     "aip_ckpt"),
+                    ("AIP_TENSORBOARD_LOG_DIR", "aip_tb")):
+    monkeypatch.setenv(name, str(tmp_path / sub))
+  flags.FLAGS([
+      "trainer.main", f"--flagfile={ROOT}/flags/demo_quick.flags",
+      "--train_steps=10", f"--model_dir={tmp_path}/run",
+      f"--demo_cache_dir={demo_paths['root']}"
+  ])
+  try:
+    c = trainer_main.config_from_flags()
+  finally:
+    flags.FLAGS.unparse_flags()
+  assert (c.checkpoint_dir, c.summary_dir,
+          c.export_base_dir) == (str(tmp_path / "aip_ckpt"),
+                                 str(tmp_path / "aip_tb"),
+                                 str(tmp_path / "aip_model"))
+  train_lib.run(c)
   assert tf.train.latest_checkpoint(str(tmp_path /
                                         "aip_ckpt")).endswith("ckpt-10")
   assert tf.io.gfile.glob(str(tmp_path / "aip_tb" / "train" / "events*"))

@@ -35,9 +35,9 @@ def _env():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_signal_saves_a_checkpoint_exits_75_and_the_run_resumes(
-    tmp_path, demo_paths, sig):
+def test_sigterm_saves_a_checkpoint_exits_75_and_the_run_resumes(
+    tmp_path, demo_paths):
+  sig = signal.SIGTERM
   model_dir = str(tmp_path / "run")
   proc = subprocess.Popen(
       _command(model_dir, demo_paths, 2000),
@@ -63,8 +63,6 @@ def test_signal_saves_a_checkpoint_exits_75_and_the_run_resumes(
   latest = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
   assert latest.endswith(f"ckpt-{step}")
   assert "Traceback" not in stderr
-  if sig != signal.SIGTERM:
-    return
   resumed = subprocess.run(
       _command(model_dir, demo_paths, step + 20),
       cwd=ROOT,
@@ -78,6 +76,35 @@ def test_signal_saves_a_checkpoint_exits_75_and_the_run_resumes(
   summary = json.load(open(os.path.join(model_dir, "summary.json")))
   assert summary["start_step"] == step
   assert summary["final_step"] == step + 20
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_and_sigint_become_a_stop_request(sig):
+  with train_lib.StopSignals() as signals:
+    assert signals.received is None
+    os.kill(os.getpid(), sig)
+    assert signals.received == sig.name
+  # The previous handlers are back (SIGINT raises KeyboardInterrupt again).
+  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+@pytest.mark.slow
+def test_kill_resume_program_runs(demo_paths, tmp_path):
+  result = subprocess.run([
+      sys.executable,
+      os.path.join(ROOT, "benchmarks",
+                   "kill_resume.py"), "--trials=1", "--steps=12",
+      f"--demo_cache_dir={demo_paths['root']}", f"--work_dir={tmp_path}"
+  ],
+                          cwd=ROOT,
+                          env=_env(),
+                          capture_output=True,
+                          text=True,
+                          timeout=600,
+                          check=False)
+  assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+  assert "1/1 identical" in result.stdout
+  assert "| 0 |" in result.stdout
 
 
 @pytest.fixture(scope="module")
@@ -222,9 +249,15 @@ def test_early_stopping_keeps_and_restores_the_best_checkpoint(
     tmp_path, demo_paths):
   # A learning rate this large makes the validation loss worse after the
   # first eval, so patience runs out and the best checkpoint is the first.
+  small_eval = tmp_path / "eval.csv"
+  with open(demo_paths["validation"]) as f:
+    small_eval.write_text("".join(f.readlines()[:201]))
   c = config_lib.Config(
       model_dir=str(tmp_path / "run"),
-      demo_cache_dir=demo_paths["root"],
+      encoder_handle=demo_paths["encoder"],
+      preprocessor_handle=demo_paths["preprocessor"],
+      train_file=demo_paths["train"],
+      eval_file=str(small_eval),
       train_steps=60,
       batch_size=16,
       seq_length=32,
