@@ -62,13 +62,15 @@ def _run_to_end(cmd):
 
 def _kill_once(cmd, model_dir, mode, delay):
   """Starts the run and SIGKILLs it; returns what happened."""
+  checkpoints = os.path.join(model_dir, "checkpoints")
+  # A _temp entry left by an earlier killed save is not a save in progress.
+  stale = set(os.listdir(checkpoints)) if os.path.isdir(checkpoints) else set()
   proc = subprocess.Popen(
       cmd,
       cwd=ROOT,
       env=_env(),
       stdout=subprocess.DEVNULL,
       stderr=subprocess.DEVNULL)
-  checkpoints = os.path.join(model_dir, "checkpoints")
   start = time.monotonic()
   while proc.poll() is None:
     elapsed = time.monotonic() - start
@@ -81,7 +83,7 @@ def _kill_once(cmd, model_dir, mode, delay):
         names = os.listdir(checkpoints)
       except FileNotFoundError:
         names = []
-      if any("_temp" in n for n in names):
+      if any("_temp" in n and n not in stale for n in names):
         proc.kill()
         proc.wait()
         return f"killed mid-save at {elapsed:.1f}s"
