@@ -23,6 +23,8 @@ sys.path.insert(0, ROOT)
 SHARED_CSV = os.path.join(
     os.path.dirname(ROOT), "shared", "data", "sentiment140_sample.csv")
 
+import subprocess  # noqa: E402
+
 from trainer import bert  # noqa: E402
 from trainer import demo  # noqa: E402
 
@@ -43,3 +45,15 @@ def no_dropout_encoder(tmp_path_factory, demo_paths):
       **dict(demo.DEMO_BERT, dropout_rate=0.0))
   bert.save_encoder(bert.BertEncoder(config, seed=7), path)
   return path
+
+
+def run_module(module, *args, timeout=300):
+  """Runs `python -m module args` from the project root, as a user would."""
+  env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+  return subprocess.run([sys.executable, "-m", module, *args],
+                        cwd=ROOT,
+                        env=env,
+                        capture_output=True,
+                        text=True,
+                        timeout=timeout,
+                        check=False)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import run_module
 from trainer import config as config_lib
 from trainer import export
 from trainer import input_pipeline
@@ -41,10 +42,6 @@ def run(tmp_path_factory, demo_paths):
   summary = train_lib.run(c)
   return dict(
       model_dir=model_dir, summary=summary, export_dir=summary["export_dir"])
-
-
-def _env():
-  return dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
 
 
 @pytest.fixture(autouse=True)
@@ -156,17 +153,9 @@ def test_interrupted_export_leaves_no_folder_under_the_final_name(
 
 @pytest.mark.slow
 def test_predict_end_to_end(run, tmp_path):
-  result = subprocess.run([
-      sys.executable, "-m", "trainer.predict",
-      f"--export_dir={run['export_dir']}", "--text=the food was great",
-      "--text=the traffic was horrible"
-  ],
-                          env=_env(),
-                          cwd=ROOT,
-                          capture_output=True,
-                          text=True,
-                          timeout=300,
-                          check=False)
+  result = run_module("trainer.predict", f"--export_dir={run['export_dir']}",
+                      "--text=the food was great",
+                      "--text=the traffic was horrible")
   assert result.returncode == 0, result.stderr[-2000:]
   rows = [json.loads(line) for line in result.stdout.strip().splitlines()]
   texts = [r["text"] for r in rows]
@@ -178,17 +167,9 @@ def test_predict_end_to_end(run, tmp_path):
   inputs.write_text("id,tweet\n" +
                     "".join(f"{i},tweet {i}\n" for i in range(300)))
   out = tmp_path / "out.csv"
-  result = subprocess.run([
-      sys.executable, "-m", "trainer.predict",
-      f"--export_dir={run['export_dir']}", f"--input_file={inputs}",
-      "--text_column=tweet", f"--output_file={out}", "--batch_size=64"
-  ],
-                          env=_env(),
-                          cwd=ROOT,
-                          capture_output=True,
-                          text=True,
-                          timeout=300,
-                          check=False)
+  result = run_module("trainer.predict", f"--export_dir={run['export_dir']}",
+                      f"--input_file={inputs}", "--text_column=tweet",
+                      f"--output_file={out}", "--batch_size=64")
   assert result.returncode == 0, result.stderr[-2000:]
   lines = out.read_text().strip().splitlines()
   assert lines[0] == "text,class_id,class_name,probabilities"
@@ -198,17 +179,9 @@ def test_predict_end_to_end(run, tmp_path):
 @pytest.mark.slow
 def test_evaluate_end_to_end_agrees_with_training_eval(run, tmp_path):
   out = tmp_path / "metrics.json"
-  result = subprocess.run([
-      sys.executable, "-m", "trainer.evaluate",
-      f"--export_dir={run['export_dir']}", f"--model_dir={run['model_dir']}",
-      "--split=validation", f"--output_file={out}"
-  ],
-                          env=_env(),
-                          cwd=ROOT,
-                          capture_output=True,
-                          text=True,
-                          timeout=300,
-                          check=False)
+  result = run_module("trainer.evaluate", f"--export_dir={run['export_dir']}",
+                      f"--model_dir={run['model_dir']}", "--split=validation",
+                      f"--output_file={out}")
   assert result.returncode == 0, result.stderr[-2000:]
   m = json.loads(out.read_text())
   assert m["examples"] == 1000 and m["rows_read"] == 1000
