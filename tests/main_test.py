@@ -2,12 +2,11 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import tensorflow as tf
 
+from conftest import run_module
 from trainer import config as config_lib
 from trainer import distribute
 from trainer import train_lib
@@ -15,17 +14,8 @@ from trainer import train_lib
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _main(*args, cache=None, timeout=300):
-  env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
-  if cache:
-    env["BERT_TRAINER_CACHE"] = cache
-  return subprocess.run([sys.executable, "-m", "trainer.main", *args],
-                        cwd=ROOT,
-                        env=env,
-                        capture_output=True,
-                        text=True,
-                        timeout=timeout,
-                        check=False)
+def _main(*args):
+  return run_module("trainer.main", *args)
 
 
 def _scalars(folder):
