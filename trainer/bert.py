@@ -34,14 +34,34 @@ class BertConfig:
   dropout_rate: float = 0.1
   layer_norm_eps: float = 1e-12
   initializer_range: float = 0.02
+  hidden_act: str = "gelu"
 
   def __post_init__(self):
     if self.hidden_size % self.num_heads:
       raise ValueError(f"hidden_size={self.hidden_size} is not divisible by "
                        f"num_heads={self.num_heads}")
+    if self.hidden_act not in ACTIVATIONS:
+      raise ValueError(f"hidden_act={self.hidden_act!r} is not supported; "
+                       f"supported: {sorted(ACTIVATIONS)}")
 
   def to_json(self):
     return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+
+def _gelu_tanh(x):
+  return tf.nn.gelu(x, approximate=True)
+
+
+# Feed-forward activations by their Hugging Face / BERT config names: "gelu"
+# is the exact erf form, "gelu_new" and "gelu_pytorch_tanh" the tanh form.
+ACTIVATIONS = {
+    "gelu": lambda x: tf.nn.gelu(x, approximate=False),
+    "gelu_new": _gelu_tanh,
+    "gelu_pytorch_tanh": _gelu_tanh,
+    "relu": tf.nn.relu,
+    "silu": tf.nn.silu,
+    "swish": tf.nn.silu,
+}
 
 
 def _normal(shape, stddev, rng):
@@ -100,6 +120,7 @@ class _TransformerLayer(tf.Module):
     self.num_heads = config.num_heads
     self.head_size = h // config.num_heads
     self.dropout_rate = config.dropout_rate
+    self.activation = ACTIVATIONS[config.hidden_act]
     with self.name_scope:
       self.query = _Dense(h, h, s, rng, "self_attention_query")
       self.key = _Dense(h, h, s, rng, "self_attention_key")
@@ -129,7 +150,7 @@ class _TransformerLayer(tf.Module):
     attended = _dropout(
         self.attention_output(context), self.dropout_rate, training, rng)
     x = self.attention_layer_norm(x + attended)
-    hidden = tf.nn.gelu(self.intermediate(x), approximate=False)
+    hidden = self.activation(self.intermediate(x))
     out = _dropout(self.output_dense(hidden), self.dropout_rate, training, rng)
     return self.output_layer_norm(x + out)
 

@@ -66,6 +66,7 @@ class Config:
   shuffle_buffer: int = 100_000
   seed: int = 42
   jit_compile: bool | None = None
+  precision: str = "float32"
   demo_cache_dir: str = ""
   export: bool = True
   checkpoint_dir: str = ""
@@ -143,6 +144,9 @@ def _check_handle(flag, handle):
         "TF Hub SavedModel folder")
 
 
+PRECISIONS = ("float32", "bfloat16")
+
+
 def validate(c):
   """Raises ConfigError for the first invalid field; returns `c` otherwise."""
   if not c.model_dir:
@@ -169,6 +173,13 @@ def validate(c):
       _fail(flag, path, "needs --train_file")
     if path and not _is_remote(path) and not tf.io.gfile.exists(path):
       _fail(flag, path, "no such file")
+  if c.precision not in PRECISIONS:
+    _fail("precision", c.precision, f"choose one of {', '.join(PRECISIONS)}")
+  if c.precision == "bfloat16" and c.jit_compile and not c.tpu:
+    _fail(
+        "jit_compile", c.jit_compile,
+        "--precision=bfloat16 on CPU is oneDNN's graph rewrite, which XLA "
+        "clusters bypass; use --jit_compile=false")
   if c.file_format not in ("auto", "sentiment140", "csv", "tsv"):
     _fail("file_format", c.file_format,
           "choose one of auto, sentiment140, csv, tsv")

@@ -126,6 +126,11 @@ flags.DEFINE_bool(
     "jit_compile", _D.jit_compile,
     "XLA-compile the replica step on CPU/GPU (unset: on for "
     "GPU, off for CPU; TPUs always use XLA).")
+flags.DEFINE_enum(
+    "precision", _D.precision, ["float32", "bfloat16"],
+    "bfloat16: mixed precision, bfloat16 matmuls with float32 variables, "
+    "loss and logits (oneDNN's rewrite on CPUs with AVX512_BF16/AMX; TPUs "
+    "already multiply in bfloat16 passes). See README.")
 flags.DEFINE_string(
     "demo_cache_dir", _D.demo_cache_dir,
     "Where the demo model and data are built ('' = "

@@ -25,18 +25,53 @@ SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 class _Tokenize(tf.Module):
   """`tokenize` sub-object: callable plus `get_special_tokens_dict()`."""
 
-  def __init__(self, tokenizer, special):
+  def __init__(self, tokenizer, special, lower_case, strip_accents):
     super().__init__(name="tokenize")
     self._tokenizer = tokenizer
     self._special = special
+    self._lower_case = lower_case
+    self._strip_accents = strip_accents
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
   def __call__(self, strings):
+    strings = normalize(strings, self._lower_case, self._strip_accents)
     return tf.cast(self._tokenizer.tokenize(strings), tf.int32)
 
   @tf.function(input_signature=[])
   def get_special_tokens_dict(self):
     return {k: tf.constant(v, tf.int32) for k, v in self._special.items()}
+
+
+def normalize(strings, lower_case, strip_accents):
+  """The text clean-up of BERT's tokenizer, as Hugging Face's implements it.
+
+  Tabs, newlines and Unicode space separators become spaces; control and
+  format characters (zero-width joiners, BOMs, NUL) and U+FFFD are removed;
+  then optional lower-casing, one character at a time, and accent stripping
+  (NFD, drop combining marks). Done here rather than by
+  `text.BertTokenizer(lower_case=True)`, whose NFKC case folding also
+  rewrites full-width letters and ligatures ("ｈｉ" -> "hi", "ß" -> "ss")
+  where BERT's tokenizer does not.
+
+  Args:
+    strings: [batch] tf.string, UTF-8.
+    lower_case: bool, lower-case the text.
+    strip_accents: bool, strip accents.
+
+  Returns:
+    [batch] tf.string.
+  """
+  strings = tf.strings.regex_replace(strings, r"[\t\n\r\p{Zs}]", " ")
+  strings = tf.strings.regex_replace(strings, r"[\p{Cc}\p{Cf}\x{FFFD}]", "")
+  if lower_case:
+    # ICU would write a word-final capital sigma as the final form "ς";
+    # the Hugging Face tokenizer lower-cases each character on its own.
+    strings = tf.strings.regex_replace(strings, "\u03a3", "\u03c3")
+    strings = tf.strings.lower(strings, encoding="utf-8")
+  if strip_accents:
+    strings = text.normalize_utf8(strings, "NFD")
+    strings = tf.strings.regex_replace(strings, r"\p{Mn}", "")
+  return strings
 
 
 class _PackInputs(tf.Module):
@@ -85,8 +120,22 @@ def pack_segments(segments, seq_length, special):
 class BertPreprocessor(tf.Module):
   """WordPiece preprocessor over a vocab file, saved in the TF Hub format."""
 
-  def __init__(self, vocab_file, lower_case=True, default_seq_length=128):
+  def __init__(self,
+               vocab_file,
+               lower_case=True,
+               strip_accents=None,
+               default_seq_length=128):
+    """Builds the preprocessor.
+
+    Args:
+      vocab_file: WordPiece vocabulary, one token per line (id = line).
+      lower_case: lower-case the text before WordPiece ("uncased" models).
+      strip_accents: strip accents; None follows `lower_case`, as in BERT.
+      default_seq_length: the length used when the model itself is called.
+    """
     super().__init__(name="bert_preprocess")
+    if strip_accents is None:
+      strip_accents = lower_case
     with tf.io.gfile.GFile(vocab_file) as f:
       vocab = [line.rstrip("\n") for line in f]
     missing = [t for t in SPECIAL_TOKENS if t not in vocab]
@@ -101,18 +150,17 @@ class BertPreprocessor(tf.Module):
                                       tf.lookup.TextFileIndex.LINE_NUMBER),
         default_value=-1)
     self._table = table
+    # Normalization is ours (see `normalize`); the tokenizer only splits.
     tokenizer = text.BertTokenizer(
-        table,
-        lower_case=lower_case,
-        unknown_token="[UNK]",
-        token_out_type=tf.int64)
+        table, lower_case=False, unknown_token="[UNK]", token_out_type=tf.int64)
     special = dict(
         vocab_size=len(vocab),
         start_of_sequence_id=vocab.index("[CLS]"),
         end_of_segment_id=vocab.index("[SEP]"),
         padding_id=vocab.index("[PAD]"),
         mask_id=vocab.index("[MASK]"))
-    self.tokenize = _Tokenize(tokenizer, special)
+    self.tokenize = _Tokenize(tokenizer, special, bool(lower_case),
+                              bool(strip_accents))
     self.bert_pack_inputs = _PackInputs(special)
     self._default_seq_length = default_seq_length
 

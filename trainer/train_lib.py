@@ -114,6 +114,49 @@ def resolve_jit(c, strategy):
   return distribute.has_gpu()
 
 
+def cpu_has_native_bfloat16():
+  """Whether this x86 CPU reports AVX512_BF16 or AMX-BF16 (Linux)."""
+  try:
+    with open("/proc/cpuinfo") as f:
+      flags = f.read()
+  except OSError:
+    return False
+  return " avx512_bf16" in flags or " amx_bf16" in flags
+
+
+def apply_precision(c, strategy, jit):
+  """Sets up --precision=bfloat16 for this process; returns a log line.
+
+  The encoder is a loaded float32 SavedModel, so mixed precision cannot be
+  a Keras policy: on CPU it is grappler's oneDNN auto-mixed-precision pass,
+  which rewrites matmuls (and their gradients) in the traced graphs to
+  bfloat16 while variables, the softmax, the loss and the logits' consumers
+  stay float32. On TPU the matrix units already multiply float32 in
+  bfloat16 passes (default precision), so there is nothing to change.
+  """
+  if c.precision != "bfloat16":
+    return "precision: float32"
+  if distribute.is_tpu(strategy):
+    return ("precision: bfloat16 (the TPU's default matmul passes; "
+            "variables float32)")
+  if distribute.has_gpu():
+    raise config_lib.ConfigError(
+        "--precision=bfloat16 is invalid on GPU here: the bfloat16 rewrite "
+        "is oneDNN's (CPU); use --precision=float32")
+  if jit:
+    raise config_lib.ConfigError(
+        "--precision=bfloat16 needs --jit_compile=false on CPU (XLA "
+        "clusters bypass the oneDNN rewrite)")
+  tf.config.optimizer.set_experimental_options(
+      {"auto_mixed_precision_onednn_bfloat16": True})
+  note = ("precision: bfloat16 via oneDNN auto-mixed-precision (float32 "
+          "variables, loss and logits)")
+  if not cpu_has_native_bfloat16():
+    note += ("; this CPU has no AVX512_BF16/AMX, so oneDNN emulates "
+             "bfloat16 or leaves the graph in float32: expect no speedup")
+  return note
+
+
 def _io_device(c):
   """A remote TPU's workers can't see local paths: the host does the I/O."""
   return "/job:localhost" if distribute.is_remote_tpu(c.tpu) else None
@@ -346,6 +389,7 @@ def run(c):
   strategy = distribute.build_strategy(c.tpu, c.strategy)
   config_lib.check_replicas(c, strategy.num_replicas_in_sync)
   jit = resolve_jit(c, strategy)
+  logging.info("%s", apply_precision(c, strategy, jit))
   chief, task_id = distribute.worker_role(strategy)
   # Non-chief workers of a multi-worker job save (the save is collective)
   # into a private folder that is removed at the end; the chief writes all

