@@ -428,16 +428,21 @@ class Worker:
 
 
 def race(args, size, paths, contenders):
-  """Starts every contender (one at a time), then alternates timed runs."""
+  """Starts the contenders (together: start-up and warm-up are not timed),
+  then alternates timed runs."""
+  started = [Worker(name, args, paths, size) for name in contenders]
   workers = []
-  for name in contenders:
-    w = Worker(name, args, paths, size)
+  for w in started:
     try:
       w.wait_ready()
       workers.append(w)
     except RuntimeError as e:
-      print(f"  {name}: failed to start: {str(e)[-600:]}", file=sys.stderr)
+      print(f"  {w.name}: failed to start: {str(e)[-600:]}", file=sys.stderr)
       w.close()
+  if len(workers) < len(started):
+    for w in workers:
+      w.close()
+    raise RuntimeError("a contender failed to start (see above)")
   for r in range(args.rounds):
     for w in workers:
       result = w.run_once()

@@ -304,11 +304,9 @@ def test_wrong_shapes_are_named(hf_checkpoint, tmp_path):
     convert_hf.convert(str(tmp_path), str(tmp_path / "out"))
 
 
-def test_command_line_error_is_one_line(tmp_path):
+def test_command_line_error_is_one_line(tmp_path, capsys):
   _write_config(str(tmp_path), model_type="distilbert")
-  result = run_module("trainer.convert_hf", f"--hf_dir={tmp_path}",
-                      f"--output_dir={tmp_path / 'out'}")
-  assert result.returncode == 2
-  assert "error:" in result.stdout and "model_type='distilbert'" in (
-      result.stdout)
-  assert "Traceback" not in result.stderr
+  assert convert_hf.run(str(tmp_path), str(tmp_path / "out")) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith("error: ")
+  assert "model_type='distilbert'" in err[0]

@@ -19,6 +19,7 @@ transformers at conversion time (safetensors is read with NumPy).
 import json
 import os
 import struct
+import sys
 
 from absl import app
 from absl import flags
@@ -327,22 +328,28 @@ def define_flags():
   flags.mark_flags_as_required(["hf_dir", "output_dir"])
 
 
+def run(hf_dir, output_dir):
+  """Converts and prints the handles; returns the process exit code."""
+  try:
+    record = convert(hf_dir, output_dir)
+  except ConversionError as e:
+    print(f"error: {e}", file=sys.stderr, flush=True)
+    return 2
+  c = record["config"]
+  print(f"converted {hf_dir}: {c['num_layers']} layers, hidden "
+        f"{c['hidden_size']}, {c['num_heads']} heads, vocab "
+        f"{c['vocab_size']}, lower_case={record['lower_case']}")
+  for note in record["notes"]:
+    print(f"note: {note}")
+  print(f"  --encoder_handle={output_dir}/encoder "
+        f"--preprocessor_handle={output_dir}/preprocessor")
+  return 0
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  flag_values = flags.FLAGS
-  try:
-    record = convert(flag_values.hf_dir, flag_values.output_dir)
-  except ConversionError as e:
-    logging.error("conversion failed: %s", e)
-    print(f"error: {e}", flush=True)
-    raise SystemExit(2) from None
-  c = record["config"]
-  print(f"converted {flag_values.hf_dir}: {c['num_layers']} layers, hidden "
-        f"{c['hidden_size']}, {c['num_heads']} heads, vocab "
-        f"{c['vocab_size']}, lower_case={record['lower_case']}\n"
-        f"  --encoder_handle={flag_values.output_dir}/encoder "
-        f"--preprocessor_handle={flag_values.output_dir}/preprocessor")
+  sys.exit(run(flags.FLAGS.hf_dir, flags.FLAGS.output_dir))
 
 
 if __name__ == "__main__":

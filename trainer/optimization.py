@@ -114,8 +114,11 @@ class AdamW(tf.Module):
 
   def _update_all(self, strategy, grads, lr):
     t = tf.cast(self.iterations + 1, tf.float32)
-    correction_1 = 1.0 - tf.pow(self.beta_1, t)
-    correction_2 = 1.0 - tf.pow(self.beta_2, t)
+    beta_1_power = tf.pow(self.beta_1, t)
+    beta_2_power = tf.pow(self.beta_2, t)
+    # ApplyAdam adds epsilon to the uncorrected sqrt(v); scaling it by
+    # sqrt(1 - b2^t) gives exactly m_hat / (sqrt(v_hat) + epsilon).
+    epsilon = self.epsilon * tf.sqrt(1.0 - beta_2_power)
     updates = []
     for var, g, m, v, rate in zip(self._variables, grads, self.m, self.v,
                                   self.decay_rates):
@@ -123,16 +126,30 @@ class AdamW(tf.Module):
           strategy.extended.update(
               var,
               self._update_one,
-              args=(g, m, v, lr, correction_1, correction_2, rate),
+              args=(g, m, v, lr, beta_1_power, beta_2_power, epsilon, rate),
               group=False))
     with tf.control_dependencies(tf.nest.flatten(updates)):
       return self.iterations.assign_add(1)
 
-  def _update_one(self, var, g, m, v, lr, correction_1, correction_2, rate):
-    m_new = m.assign(self.beta_1 * m + (1.0 - self.beta_1) * g)
-    v_new = v.assign(self.beta_2 * v + (1.0 - self.beta_2) * tf.square(g))
-    step = (m_new / correction_1) / (
-        tf.sqrt(v_new / correction_2) + self.epsilon)
+  def _update_one(self, var, g, m, v, lr, beta_1_power, beta_2_power, epsilon,
+                  rate):
+    """One variable's update with the fused ApplyAdam kernel: one pass over
+    var, m and v in place, where the same math in separate ops made the
+    optimizer ~15% of a MiniLM step on CPU. The decoupled decay goes first:
+    the Adam step does not depend on var, so the result is the same."""
+    deps = []
     if rate:
-      step += rate * var
-    return var.assign_sub(lr * step)
+      deps.append(var.assign_sub(lr * rate * var))
+    with tf.control_dependencies(deps):
+      return tf.raw_ops.ResourceApplyAdam(
+          var=var.handle,
+          m=m.handle,
+          v=v.handle,
+          beta1_power=beta_1_power,
+          beta2_power=beta_2_power,
+          lr=lr,
+          beta1=tf.constant(self.beta_1, var.dtype),
+          beta2=tf.constant(self.beta_2, var.dtype),
+          epsilon=epsilon,
+          grad=tf.convert_to_tensor(g),
+          use_locking=False)
