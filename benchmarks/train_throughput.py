@@ -213,10 +213,12 @@ class TrainerContender(_Contender):
         shuffle_buffer=10_000)
     self.iterator = iter(strategy.experimental_distribute_dataset(ds))
     self.steps_per_call = steps_per_loop
+    self.keep_malloc_fast = train_lib.keep_malloc_fast
 
   def run(self, steps):
     calls = max(1, steps // self.steps_per_call)
     n = self.tf.constant(self.steps_per_call)
+    self.keep_malloc_fast()  # as train_lib._train does before each loop
     start = time.perf_counter()
     for _ in range(calls):
       loss, _ = self.trainer.train_loop(self.iterator, n)
@@ -340,20 +342,24 @@ def worker(args):
 
 
 # -------------------------------------------------------- measurements ----
-def matmul_flops(seconds=3.0):
-  """float32 matmul FLOP/s of this machine (TF, all cores), best of sizes."""
+def matmul_flops(seconds=4.0):
+  """float32 matmul FLOP/s of this machine (TF, all cores): the best of
+  square products and the encoder's own [batch*seq, h] x [h, i] shapes."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   best = 0.0
-  for n in (1024, 2048):
-    a = tf.random.normal([n, n])
-    b = tf.random.normal([n, n])
-    f = tf.function(lambda a, b: tf.matmul(a, b))
+  shapes = ((1024, 1024, 1024), (2048, 2048, 2048), (4096, 384, 1536),
+            (4096, 1536, 384))
+  for m, k, n in shapes:
+    a = tf.random.normal([m, k])
+    b = tf.random.normal([k, n])
+    # Reduced in the graph, so no product is copied out to NumPy.
+    f = tf.function(lambda a, b: tf.reduce_sum(tf.matmul(a, b)))
     f(a, b).numpy()
     reps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds / 2:
+    while time.perf_counter() - start < seconds / len(shapes):
       f(a, b).numpy()
       reps += 1
-    best = max(best, 2 * n**3 * reps / (time.perf_counter() - start))
+    best = max(best, 2 * m * k * n * reps / (time.perf_counter() - start))
   return best
 
 
@@ -380,8 +386,7 @@ class Worker:
         sys.executable, __file__, f"--worker={name}",
         f"--paths={json.dumps(paths)}", f"--csv={args.csv}",
         f"--seq_length={args.seq_length}", f"--batch_size={args.batch_size}",
-        f"--steps={args.steps[size]}",
-        f"--steps_per_loop={args.steps_per_loop}",
+        f"--steps={args.steps[size]}", f"--steps_per_loop={args.loop[size]}",
         f"--jit_compile={args.jit_compile}", f"--precision={args.precision}"
     ]
     self.log = tempfile.TemporaryFile("w+")
@@ -526,8 +531,23 @@ def main():
   parser.add_argument("--rounds", type=int, default=5)
   parser.add_argument("--seq_length", type=int, default=128)
   parser.add_argument("--batch_size", type=int, default=32)
-  parser.add_argument("--steps_per_loop", type=int, default=100)
-  parser.add_argument("--jit_compile", default="true")
+  parser.add_argument(
+      "--steps_per_loop",
+      type=int,
+      default=100,
+      help="trainer_best's steps_per_loop and the recipe's "
+      "best steps_per_execution (demo encoder)")
+  parser.add_argument(
+      "--minilm_steps_per_loop",
+      type=int,
+      default=5,
+      help="the same for the MiniLM-shape encoder, whose "
+      "steps take seconds")
+  parser.add_argument(
+      "--jit_compile",
+      default="false",
+      help="trainer_best's --jit_compile (XLA's CPU "
+      "backward measured slower: BUILD_NOTES.md)")
   parser.add_argument("--precision", default="float32")
   parser.add_argument("--steps", default="", help="internal")
   parser.add_argument("--skip", default="", help="comma list: memory,input")
@@ -554,10 +574,14 @@ def main():
     args.seq_length = min(args.seq_length, 32)
     args.batch_size = min(args.batch_size, 8)
     sizes = [s for s in sizes if s == "demo"] or sizes[:1]
+  args.loop = {
+      "demo": args.steps_per_loop,
+      "minilm": args.minilm_steps_per_loop
+  }
   # Steps per timed chunk: whole loops, a few seconds each.
   args.steps = {
       "demo": args.steps_per_loop * (1 if args.quick else 2),
-      "minilm": max(args.steps_per_loop // 10, 8)
+      "minilm": args.minilm_steps_per_loop
   }
   machine = (f"{platform.node()} {platform.processor() or platform.machine()}"
              f" {os.cpu_count()} cores, Python {platform.python_version()}")
@@ -566,7 +590,7 @@ def main():
       settings=dict(
           seq_length=args.seq_length,
           batch_size=args.batch_size,
-          steps_per_loop=args.steps_per_loop,
+          steps_per_loop=args.loop,
           jit_compile=args.jit_compile,
           precision=args.precision,
           rounds=args.rounds,
@@ -575,7 +599,7 @@ def main():
       ratio_vs_best_peer={},
       mfu={},
       flops_per_example={})
-  results["matmul_flops_per_second"] = matmul_flops(1.0 if args.quick else 4.0)
+  results["matmul_flops_per_second"] = matmul_flops(1.0 if args.quick else 8.0)
   for size in sizes:
     paths = build_assets(workdir, size)
     rates = race(args, size, paths, contenders)
@@ -646,7 +670,7 @@ def report(results):
     print(f"{size}: trainer_best / best peer = {ratio:.2f}x")
   if "per_step_overhead_ms" in results:
     print("per-step host overhead saved by steps_per_loop="
-          f"{s['steps_per_loop']} (demo): "
+          f"{s['steps_per_loop']['demo']} (demo): "
           f"{results['per_step_overhead_ms']:.2f} ms/step")
   if "host_input_ratio" in results:
     r = results["host_input_ratio"]

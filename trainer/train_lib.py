@@ -7,6 +7,7 @@ between loops; inside a loop a single tf.function runs `num_steps` replica
 steps with `tf.range` around `strategy.run`.
 """
 
+import ctypes
 import dataclasses
 import json
 import math
@@ -112,6 +113,36 @@ def resolve_jit(c, strategy):
   if c.jit_compile is not None:
     return c.jit_compile and not distribute.is_tpu(strategy)
   return distribute.has_gpu()
+
+
+# glibc's mallopt parameter: allocations above it get their own mmap.
+_M_MMAP_THRESHOLD = -3
+_MMAP_THRESHOLD = 32 << 20  # glibc's maximum on 64-bit
+
+
+def keep_malloc_fast():
+  """Undoes a side effect of tf.data's generator datasets on glibc malloc.
+
+  The first `from_generator` iterator sets M_TRIM_THRESHOLD to 128 KiB
+  ("Memory patch applied" in the log). Setting it also freezes glibc's
+  adaptive mmap threshold at 128 KiB, so every activation and gradient
+  buffer of a step becomes a fresh mmap: zeroed pages and page faults each
+  step. That made a MiniLM step 35% slower on CPU (10.7 vs 16.3 examples/s)
+  and raised peak memory. Raising the mmap threshold to 32 MiB restores the
+  speed (17.5) and keeps the trim setting. Called before every loop: cheap,
+  and immune to when TensorFlow applies its patch. No-op off glibc.
+  """
+  global _mallopt
+  if _mallopt is None:
+    try:
+      _mallopt = ctypes.CDLL(None).mallopt
+    except (AttributeError, OSError):
+      _mallopt = False
+  if _mallopt:
+    _mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
+
+
+_mallopt = None
 
 
 def cpu_has_native_bfloat16():
@@ -526,7 +557,9 @@ def _train(c, trainer, plan, data_at, progress, train_writer, evaluate,
   while trainer.step < plan.total_steps:
     step, position = trainer.step, trainer.data_position
     stop = _next_boundary(step, c, plan.total_steps)
-    lr = float(trainer.optimizer.learning_rate())
+    # Logged at `stop`: the rate of the loop's last update (update t = stop).
+    lr = float(trainer.optimizer.schedule(stop - 1))
+    keep_malloc_fast()
     started = time.perf_counter()
     loss, grad_norm = trainer.train_loop(iterator, tf.constant(stop - step))
     train_loss, grad_norm = float(loss), float(grad_norm)
