@@ -39,8 +39,11 @@ def texts_and_labels(split):
 
 def main(argv):
   del argv
-  from sklearn.feature_extraction.text import TfidfVectorizer  # pylint: disable=g-import-not-at-top
-  from sklearn.linear_model import LogisticRegression  # pylint: disable=g-import-not-at-top
+  # Optional dependencies (the `bench` extra), imported when used.
+  from scipy import sparse  # pylint: disable=g-import-not-at-top
+  from sklearn import feature_extraction  # pylint: disable=g-import-not-at-top
+  from sklearn import linear_model  # pylint: disable=g-import-not-at-top
+  tfidf = feature_extraction.text.TfidfVectorizer
   c = trainer_main.config_from_flags()
   splits = input_pipeline.make_splits(c)
   train_texts, train_labels = texts_and_labels(splits["train"])
@@ -48,18 +51,16 @@ def main(argv):
   start = time.perf_counter()
   # Words and word pairs, plus character 2-5 grams inside word boundaries
   # (robust to the spelling of tweets: "loooove", "gr8").
-  words = TfidfVectorizer(
-      ngram_range=(1, 2), min_df=2, sublinear_tf=True, lowercase=True)
-  chars = TfidfVectorizer(
+  words = tfidf(ngram_range=(1, 2), min_df=2, sublinear_tf=True, lowercase=True)
+  chars = tfidf(
       analyzer="char_wb", ngram_range=(2, 5), min_df=2, sublinear_tf=True)
-  from scipy import sparse  # pylint: disable=g-import-not-at-top
   x_train = sparse.hstack(
       [words.fit_transform(train_texts),
        chars.fit_transform(train_texts)]).tocsr()
   x_eval = sparse.hstack(
       [words.transform(eval_texts),
        chars.transform(eval_texts)]).tocsr()
-  classifier = LogisticRegression(C=FLAGS.c, max_iter=2000)
+  classifier = linear_model.LogisticRegression(C=FLAGS.c, max_iter=2000)
   classifier.fit(x_train, train_labels)
   accuracy = float((classifier.predict(x_eval) == eval_labels).mean())
   seconds = time.perf_counter() - start

@@ -14,8 +14,10 @@ import pytest
 
 from conftest import ROOT
 
-pytest.importorskip("keras_hub", reason="keras-hub is not installed: "
-                    "pip install -e '.[bench]'")
+pytest.importorskip(
+    "keras_hub",
+    reason="keras-hub is not installed: "
+    "pip install -e '.[bench]'")
 
 
 @pytest.mark.slow
@@ -40,8 +42,8 @@ def test_train_throughput_quick_mode(tmp_path):
       "keras_hub"
   ])
   assert all(rate > 0 for rate in rates.values())
-  best_peer = max(rates[k] for k in ("keras_recipe", "keras_recipe_spe",
-                                     "keras_hub"))
+  best_peer = max(
+      rates[k] for k in ("keras_recipe", "keras_recipe_spe", "keras_hub"))
   assert results["ratio_vs_best_peer"]["demo"] == pytest.approx(
       rates["trainer_best"] / best_peer)
   assert 0 < results["mfu"]["demo"] < 1

@@ -103,6 +103,7 @@ def test_missing_handle_is_a_clear_error(tmp_path):
     ("validation_fraction", 1.0, "must be in (0, 1)"),
     ("train_file", "/nonexistent/x.csv", "no such file"),
     ("preprocessor_handle", "/nonexistent", "no such folder"),
+    ("precision", "float16", "choose one of float32, bfloat16"),
 ])
 def test_validation_names_flag_value_and_fix(field, value, message):
   c = config_lib.Config(**{field: value})
@@ -138,3 +139,9 @@ def test_no_tpu_on_this_machine_is_a_clear_error(tmp_path):
 def test_unreachable_tpu_is_a_clear_error():
   with pytest.raises(distribute.StrategyError, match="cannot reach"):
     distribute.build_strategy(tpu="grpc://127.0.0.1:1")
+
+
+def test_bfloat16_needs_the_graph_path_on_cpu():
+  c = config_lib.Config(precision="bfloat16", jit_compile=True)
+  with pytest.raises(config_lib.ConfigError, match="use --jit_compile=false"):
+    config_lib.validate(c)

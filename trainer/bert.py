@@ -80,9 +80,14 @@ class _Dense(tf.Module):
 
   def __call__(self, x):
     # A 2-D matmul: einsum("...i,io->...o") has a gradient ~50x slower on CPU.
-    flat = tf.reshape(x, [-1, tf.shape(x)[-1]])
+    flat = tf.reshape(x, [-1, self.kernel.shape[0]])
     y = tf.matmul(flat, self.kernel) + self.bias
-    return tf.reshape(y, tf.concat([tf.shape(x)[:-1], [-1]], axis=0))
+    out_dim = self.kernel.shape[1]
+    y = tf.reshape(y, tf.concat([tf.shape(x)[:-1], [out_dim]], axis=0))
+    # Static last dimension: Keras layers stacked on the saved encoder
+    # (hub.KerasLayer + Dense) need to know the hidden size.
+    y.set_shape(x.shape[:-1].concatenate([out_dim]))
+    return y
 
 
 class _LayerNorm(tf.Module):
@@ -147,6 +152,7 @@ class _TransformerLayer(tf.Module):
     probs = _dropout(probs, self.dropout_rate, training, rng)
     context = tf.transpose(tf.matmul(probs, v), [0, 2, 1, 3])
     context = tf.reshape(context, tf.shape(x))
+    context.set_shape(x.shape)
     attended = _dropout(
         self.attention_output(context), self.dropout_rate, training, rng)
     x = self.attention_layer_norm(x + attended)
