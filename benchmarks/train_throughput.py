@@ -563,7 +563,11 @@ def main():
       action="store_true",
       help="tiny sizes, 1 round: proves the program works")
   parser.add_argument("--output", default="")
-  parser.add_argument("--sizes", default="demo,minilm")
+  parser.add_argument(
+      "--sizes",
+      default="demo,minilm",
+      help="encoders to race ('' = only the host input and "
+      "memory measurements)")
   parser.add_argument("--contenders", default=",".join(CONTENDERS))
   parser.add_argument("--rounds", type=int, default=5)
   parser.add_argument("--seq_length", type=int, default=128)
@@ -588,6 +592,12 @@ def main():
   parser.add_argument("--precision", default="float32")
   parser.add_argument("--steps", default="", help="internal")
   parser.add_argument("--skip", default="", help="comma list: memory,input")
+  parser.add_argument(
+      "--train_rate",
+      type=float,
+      default=0.0,
+      help="examples/s of trainer_best from an earlier race, "
+      "for host_input_ratio when --sizes=''")
   parser.add_argument("--csv", default="")
   parser.add_argument("--worker", default="", help="internal")
   parser.add_argument("--paths", default="", help="internal")
@@ -603,7 +613,7 @@ def main():
   workdir = os.path.join(tempfile.gettempdir(), "bert_trainer_bench")
   os.makedirs(workdir, exist_ok=True)
   args.csv = args.csv or text_file(workdir)
-  sizes = args.sizes.split(",")
+  sizes = [s for s in args.sizes.split(",") if s]  # "" = no race
   contenders = args.contenders.split(",")
   if args.quick:
     args.rounds = 1
@@ -655,11 +665,12 @@ def main():
           1 / rates["trainer_naive"] - 1 / ours)
   skip = args.skip.split(",")
   if "input" not in skip:
-    paths = build_assets(workdir, "minilm" if "minilm" in sizes else "demo")
+    size = "minilm" if "minilm" in sizes or not sizes else "demo"
+    paths = build_assets(workdir, size)
     in_rates = input_rate(args, paths)
     results["host_input_tweets_per_second"] = in_rates
-    size = "minilm" if "minilm" in sizes else "demo"
-    consumed = results["examples_per_second"].get(size, {}).get("trainer_best")
+    consumed = results["examples_per_second"].get(
+        size, {}).get("trainer_best") or args.train_rate
     if consumed:
       results["host_input_ratio"] = {
           "per_core": in_rates[1] / consumed,
