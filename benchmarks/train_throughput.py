@@ -192,10 +192,10 @@ class TrainerContender(_Contender):
         precision=args.precision,
         train_steps=10**6)
     strategy = distribute.build_strategy(c.tpu, c.strategy)
-    print(
-        train_lib.apply_precision(c, strategy, bool(jit_compile)),
-        file=sys.stderr)
     preprocessor, encoder = train_lib.load_models(c, strategy)
+    encoder, note = train_lib.apply_precision(c, strategy, bool(jit_compile),
+                                              encoder)
+    print(note, file=sys.stderr)
     plan = train_lib.Plan(
         steps_per_epoch=10**6, total_steps=10**6, warmup_steps=100)
     self.trainer = train_lib.Trainer(c, strategy, encoder, plan,

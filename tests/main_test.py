@@ -141,7 +141,3 @@ def test_unreachable_tpu_is_a_clear_error():
     distribute.build_strategy(tpu="grpc://127.0.0.1:1")
 
 
-def test_bfloat16_needs_the_graph_path_on_cpu():
-  c = config_lib.Config(precision="bfloat16", jit_compile=True)
-  with pytest.raises(config_lib.ConfigError, match="use --jit_compile=false"):
-    config_lib.validate(c)

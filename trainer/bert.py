@@ -64,6 +64,21 @@ ACTIVATIONS = {
 }
 
 
+def _matmul(a, b, compute_dtype, **kwargs):
+  """tf.matmul in `compute_dtype` (float32 in and out either way).
+
+  bfloat16 is mixed precision: the operands are rounded to bfloat16, the
+  product is bfloat16, and everything around the matmuls (softmax, layer
+  norms, residual sums, the loss) stays float32, as do the variables.
+  """
+  if compute_dtype == "float32":
+    return tf.matmul(a, b, **kwargs)
+  return tf.cast(
+      tf.matmul(
+          tf.cast(a, compute_dtype), tf.cast(b, compute_dtype), **kwargs),
+      tf.float32)
+
+
 def _normal(shape, stddev, rng):
   return rng.truncated_normal(shape, stddev=stddev, dtype=tf.float32)
 
@@ -78,10 +93,10 @@ class _Dense(tf.Module):
           _normal([in_dim, out_dim], stddev, rng), name="kernel")
       self.bias = tf.Variable(tf.zeros([out_dim]), name="bias")
 
-  def __call__(self, x):
+  def __call__(self, x, compute_dtype="float32"):
     # A 2-D matmul: einsum("...i,io->...o") has a gradient ~50x slower on CPU.
     flat = tf.reshape(x, [-1, self.kernel.shape[0]])
-    y = tf.matmul(flat, self.kernel) + self.bias
+    y = _matmul(flat, self.kernel, compute_dtype) + self.bias
     out_dim = self.kernel.shape[1]
     y = tf.reshape(y, tf.concat([tf.shape(x)[:-1], [out_dim]], axis=0))
     # Static last dimension: Keras layers stacked on the saved encoder
@@ -144,20 +159,23 @@ class _TransformerLayer(tf.Module):
     x = tf.reshape(x, [batch, length, self.num_heads, self.head_size])
     return tf.transpose(x, [0, 2, 1, 3])  # [batch, heads, length, head_size]
 
-  def __call__(self, x, attention_bias, training, rng):
-    q, k, v = self._heads(self.query(x)), self._heads(self.key(x)), self._heads(
-        self.value(x))
-    scores = tf.matmul(q, k, transpose_b=True) / math.sqrt(self.head_size)
+  def __call__(self, x, attention_bias, training, rng, compute_dtype):
+    cd = compute_dtype
+    q = self._heads(self.query(x, cd))
+    k = self._heads(self.key(x, cd))
+    v = self._heads(self.value(x, cd))
+    scores = _matmul(q, k, cd, transpose_b=True) / math.sqrt(self.head_size)
     probs = tf.nn.softmax(scores + attention_bias, axis=-1)
     probs = _dropout(probs, self.dropout_rate, training, rng)
-    context = tf.transpose(tf.matmul(probs, v), [0, 2, 1, 3])
+    context = tf.transpose(_matmul(probs, v, cd), [0, 2, 1, 3])
     context = tf.reshape(context, tf.shape(x))
     context.set_shape(x.shape)
     attended = _dropout(
-        self.attention_output(context), self.dropout_rate, training, rng)
+        self.attention_output(context, cd), self.dropout_rate, training, rng)
     x = self.attention_layer_norm(x + attended)
-    hidden = self.activation(self.intermediate(x))
-    out = _dropout(self.output_dense(hidden), self.dropout_rate, training, rng)
+    hidden = self.activation(self.intermediate(x, cd))
+    out = _dropout(
+        self.output_dense(hidden, cd), self.dropout_rate, training, rng)
     return self.output_layer_norm(x + out)
 
 
@@ -189,13 +207,16 @@ class BertEncoder(tf.Module):
       # Dropout's random state: a (non-trainable) variable like the weights.
       self.dropout_rng = tf.random.Generator.from_seed(seed + 1_000_003)
 
-  def __call__(self, inputs, training=False):
+  def __call__(self, inputs, training=False, compute_dtype="float32"):
     """Runs the encoder.
 
     Args:
       inputs: dict of int32 `input_word_ids`, `input_mask`, `input_type_ids`,
         each [batch, seq_length].
       training: whether dropout is active.
+      compute_dtype: "float32", or "bfloat16" for mixed precision (bfloat16
+        matmuls, everything else float32; see `_matmul`). Saved encoders
+        are traced in float32; see `MixedPrecisionEncoder` for bfloat16.
 
     Returns:
       dict with `pooled_output` [batch, hidden], `sequence_output`
@@ -218,9 +239,9 @@ class BertEncoder(tf.Module):
     attention_bias = (1.0 - mask[:, tf.newaxis, tf.newaxis, :]) * -10000.0
     encoder_outputs = []
     for layer in self.layers:
-      x = layer(x, attention_bias, training, self.dropout_rng)
+      x = layer(x, attention_bias, training, self.dropout_rng, compute_dtype)
       encoder_outputs.append(x)
-    pooled = tf.tanh(self.pooler(x[:, 0, :]))
+    pooled = tf.tanh(self.pooler(x[:, 0, :], compute_dtype))
     return dict(
         pooled_output=pooled,
         sequence_output=x,
@@ -271,3 +292,56 @@ def save_encoder(encoder, export_dir):
         sequence_output=out["sequence_output"])
 
   tf.saved_model.save(root, export_dir, signatures={"serving_default": serve})
+
+
+def saved_config(loaded):
+  """The `BertConfig` of an encoder saved by `save_encoder`, else None.
+
+  TF Hub encoders from elsewhere have no `get_config_json`: for them the
+  graph is opaque and only a graph-level precision rewrite can apply.
+  """
+  get = getattr(loaded, "get_config_json", None)
+  if get is None:
+    return None
+  return BertConfig(**json.loads(get().numpy().decode("utf-8")))
+
+
+class MixedPrecisionEncoder(tf.__internal__.tracking.AutoTrackable):
+  """A loaded encoder of this project's format, rebuilt to compute in
+  bfloat16.
+
+  The concrete functions of a SavedModel are fixed float32 graphs, so the
+  mixed-precision encoder is the Python `BertEncoder` built from the saved
+  config, with the loaded values copied in (create it under the strategy
+  scope, like the loaded one). Its attributes mirror the loaded object's
+  (`encoder`, `variables`, `trainable_variables` in the same order), so
+  checkpoints written with either precision restore into the other, and an
+  export rebuilt in float32 reads them.
+  """
+
+  def __init__(self, loaded, compute_dtype="bfloat16"):
+    config = saved_config(loaded)
+    if config is None:
+      raise ValueError("not an encoder saved by trainer.bert.save_encoder")
+    self.compute_dtype = compute_dtype
+    self.encoder = BertEncoder(config)
+    own = {v.name: v for v in self.encoder.variables}
+    if sorted(own) != sorted(v.name for v in loaded.variables):
+      raise ValueError("the saved encoder's variables do not match its "
+                       "config")
+    for v in loaded.variables:
+      own[v.name].assign(v)
+    # Dropout's random state, so the first masks equal a float32 run's.
+    saved_rng = getattr(getattr(loaded, "encoder", None), "dropout_rng", None)
+    state = getattr(saved_rng, "_state_var", None)
+    if state is not None:
+      self.encoder.dropout_rng.state.assign(state)
+    self.variables = [own[v.name] for v in loaded.variables]
+    self.trainable_variables = [
+        own[v.name] for v in loaded.trainable_variables
+    ]
+    self.regularization_losses = []
+
+  def __call__(self, inputs, training=False):
+    return self.encoder(
+        inputs, training=training, compute_dtype=self.compute_dtype)

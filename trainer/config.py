@@ -175,11 +175,6 @@ def validate(c):
       _fail(flag, path, "no such file")
   if c.precision not in PRECISIONS:
     _fail("precision", c.precision, f"choose one of {', '.join(PRECISIONS)}")
-  if c.precision == "bfloat16" and c.jit_compile and not c.tpu:
-    _fail(
-        "jit_compile", c.jit_compile,
-        "--precision=bfloat16 on CPU is oneDNN's graph rewrite, which XLA "
-        "clusters bypass; use --jit_compile=false")
   if c.file_format not in ("auto", "sentiment140", "csv", "tsv"):
     _fail("file_format", c.file_format,
           "choose one of auto, sentiment140, csv, tsv")

@@ -129,8 +129,10 @@ flags.DEFINE_bool(
 flags.DEFINE_enum(
     "precision", _D.precision, ["float32", "bfloat16"],
     "bfloat16: mixed precision, bfloat16 matmuls with float32 variables, "
-    "loss and logits (oneDNN's rewrite on CPUs with AVX512_BF16/AMX; TPUs "
-    "already multiply in bfloat16 passes). See README.")
+    "loss and logits. Encoders saved by this project (demo, convert_hf) are "
+    "rebuilt with bfloat16 matmuls on any device; other SavedModels get "
+    "oneDNN's rewrite on AVX512 CPUs (no XLA) or the TPU's default passes. "
+    "Faster only where the hardware has bfloat16 units. See README.")
 flags.DEFINE_string(
     "demo_cache_dir", _D.demo_cache_dir,
     "Where the demo model and data are built ('' = "

@@ -20,6 +20,7 @@ import time
 from absl import logging
 import tensorflow as tf
 
+from trainer import bert
 from trainer import checkpoints
 from trainer import config as config_lib
 from trainer import distribute
@@ -147,45 +148,78 @@ _mallopt = None
 
 def cpu_has_native_bfloat16():
   """Whether this x86 CPU reports AVX512_BF16 or AMX-BF16 (Linux)."""
+  return bool(_cpu_flags() & {"avx512_bf16", "amx_bf16"})
+
+
+def onednn_rewrites_bfloat16():
+  """Whether grappler's oneDNN bfloat16 rewrite acts on this CPU.
+
+  TensorFlow skips the pass unless the CPU has AVX512F or AVX-NE-CONVERT
+  (`IsBF16SupportedByOneDNNOnThisCPU`); elsewhere the graph stays float32.
+  """
+  return bool(_cpu_flags() & {"avx512f", "avx_ne_convert"})
+
+
+def _cpu_flags():
   try:
     with open("/proc/cpuinfo") as f:
-      flags = f.read()
+      for line in f:
+        if line.startswith("flags"):
+          return set(line.split(":", 1)[1].split())
   except OSError:
-    return False
-  return " avx512_bf16" in flags or " amx_bf16" in flags
+    pass
+  return set()
 
 
-def apply_precision(c, strategy, jit):
-  """Sets up --precision=bfloat16 for this process; returns a log line.
+def apply_precision(c, strategy, jit, encoder):
+  """Sets up --precision for the loaded `encoder`.
 
-  The encoder is a loaded float32 SavedModel, so mixed precision cannot be
-  a Keras policy: on CPU it is grappler's oneDNN auto-mixed-precision pass,
-  which rewrites matmuls (and their gradients) in the traced graphs to
-  bfloat16 while variables, the softmax, the loss and the logits' consumers
-  stay float32. On TPU the matrix units already multiply float32 in
-  bfloat16 passes (default precision), so there is nothing to change.
+  Returns:
+    (encoder to train, log line). float32 returns `encoder` unchanged.
+
+  bfloat16 is mixed precision: bfloat16 matmuls, float32 variables,
+  softmax, layer norms, loss and logits. Two routes, by what the encoder
+  allows:
+  - an encoder saved by this project (the demo, `trainer.convert_hf`
+    output) is rebuilt in Python with bfloat16 matmuls
+    (`bert.MixedPrecisionEncoder`): any device, with or without XLA;
+  - any other SavedModel is an opaque float32 graph. On TPU the matrix
+    units multiply it in bfloat16 passes already. On CPU grappler's oneDNN
+    auto-mixed-precision pass rewrites its matmuls and their gradients, which
+    needs --jit_compile=false (XLA clusters bypass grappler) and a CPU where
+    TensorFlow runs the pass.
   """
   if c.precision != "bfloat16":
-    return "precision: float32"
+    return encoder, "precision: float32"
+  speed = ("" if cpu_has_native_bfloat16() or distribute.is_tpu(strategy) or
+           distribute.has_gpu() else
+           "; this CPU has no AVX512_BF16/AMX: bfloat16 arithmetic is "
+           "emulated, expect it slower than float32")
+  if bert.saved_config(encoder) is not None:
+    with strategy.scope():
+      encoder = bert.MixedPrecisionEncoder(encoder, "bfloat16")
+    return encoder, ("precision: bfloat16 matmuls in the encoder (float32 "
+                     "variables, softmax, layer norms, loss and logits)" +
+                     speed)
   if distribute.is_tpu(strategy):
-    return ("precision: bfloat16 (the TPU's default matmul passes; "
-            "variables float32)")
-  if distribute.has_gpu():
+    return encoder, ("precision: bfloat16 (the TPU's default matmul passes; "
+                     "variables float32)")
+  where = ("on GPU" if distribute.has_gpu() else
+           "with --jit_compile=true" if jit else
+           None if onednn_rewrites_bfloat16() else
+           "on this CPU (no AVX512F: TensorFlow skips its oneDNN bfloat16 "
+           "rewrite)")
+  if where:
     raise config_lib.ConfigError(
-        "--precision=bfloat16 is invalid on GPU here: the bfloat16 rewrite "
-        "is oneDNN's (CPU); use --precision=float32")
-  if jit:
-    raise config_lib.ConfigError(
-        "--precision=bfloat16 needs --jit_compile=false on CPU (XLA "
-        "clusters bypass the oneDNN rewrite)")
+        f"--precision=bfloat16 cannot apply to --encoder_handle="
+        f"{c.encoder_handle} {where}: it is not an encoder saved by this "
+        "project (trainer.convert_hf makes one from a Hugging Face "
+        "checkpoint), so only oneDNN's CPU graph rewrite could change it; "
+        "use --precision=float32")
   tf.config.optimizer.set_experimental_options(
       {"auto_mixed_precision_onednn_bfloat16": True})
-  note = ("precision: bfloat16 via oneDNN auto-mixed-precision (float32 "
-          "variables, loss and logits)")
-  if not cpu_has_native_bfloat16():
-    note += ("; this CPU has no AVX512_BF16/AMX, so oneDNN emulates "
-             "bfloat16 or leaves the graph in float32: expect no speedup")
-  return note
+  return encoder, ("precision: bfloat16 via oneDNN auto-mixed-precision "
+                   "(float32 variables, loss and logits)" + speed)
 
 
 def _io_device(c):
@@ -420,7 +454,6 @@ def run(c):
   strategy = distribute.build_strategy(c.tpu, c.strategy)
   config_lib.check_replicas(c, strategy.num_replicas_in_sync)
   jit = resolve_jit(c, strategy)
-  logging.info("%s", apply_precision(c, strategy, jit))
   chief, task_id = distribute.worker_role(strategy)
   # Non-chief workers of a multi-worker job save (the save is collective)
   # into a private folder that is removed at the end; the chief writes all
@@ -428,6 +461,8 @@ def run(c):
   out = c if chief else _worker_config(c, task_id)
   tf.io.gfile.makedirs(out.model_dir)
   preprocessor, encoder = load_models(c, strategy)
+  encoder, note = apply_precision(c, strategy, jit, encoder)
+  logging.info("%s", note)
   splits = input_pipeline.make_splits(c)
   counts = count_splits(out, splits)
   for name in ("train", "validation"):
