@@ -22,18 +22,47 @@ SHARED = os.path.join(
     os.path.dirname(ROOT), "shared", "data", "sentiment140_sample.csv")
 
 
-def _generated_csv(path, rows=20_000):
+def generated_csv(path, rows=20_000):
+  """`rows` generated tweets in the six-column Sentiment140 layout at `path`
+  (kept when it exists: a 1.6M-row file takes a while)."""
   import random  # pylint: disable=g-import-not-at-top
   sys.path.insert(0, ROOT)
   from trainer import demo  # pylint: disable=g-import-not-at-top
+  if os.path.exists(path):
+    return path
   rng = random.Random(0)
-  with open(path, "w", encoding="latin-1") as f:
+  with open(path + ".tmp", "w", encoding="latin-1") as f:
     for i in range(rows):
       label = 4 * (i % 2)
       text = demo.sentence(rng, label == 4)
       f.write(f'"{label}","{i}","Mon Apr 06 22:19:45 PDT 2009","NO_QUERY",'
               f'"user{i}","@friend {text} http://t.co/x &amp; more"\n')
+  os.replace(path + ".tmp", path)
   return path
+
+
+def pinned_rates(csv_path, preprocessor_handle, seq_length, batch_size,
+                 batches):
+  """{cores: tweets/second}, each measured by a fresh process of this
+  script pinned (`taskset`) to 1 core, then to 2."""
+  rates = {}
+  for cores in ("0", "0,1"):
+    cmd = [
+        "taskset", "-c", cores, sys.executable,
+        os.path.abspath(__file__), f"--csv={csv_path}",
+        f"--preprocessor_handle={preprocessor_handle}",
+        f"--seq_length={seq_length}", f"--batch_size={batch_size}",
+        f"--batches={batches}", f"--cores={cores}"
+    ]
+    out = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    rates[len(cores.split(","))] = json.loads(
+        out.stdout.strip().splitlines()[-1])["tweets_per_second"]
+  return rates
 
 
 def measure(csv_path, preprocessor_handle, seq_length, batch_size, batches):
@@ -82,38 +111,23 @@ def main():
   args = parser.parse_args()
   csv_path = args.csv or (SHARED if os.path.exists(SHARED) else "")
   if not csv_path:
-    csv_path = _generated_csv(os.path.join(tempfile.mkdtemp(), "gen.csv"))
+    csv_path = generated_csv(os.path.join(tempfile.mkdtemp(), "gen.csv"))
   if args.cores:
     rate = measure(csv_path, args.preprocessor_handle, args.seq_length,
                    args.batch_size, args.batches)
     print(json.dumps(dict(cores=args.cores, tweets_per_second=rate)))
     return
-  results = []
-  for cores in ("0", "0,1"):
-    cmd = [
-        "taskset", "-c", cores, sys.executable, __file__, f"--csv={csv_path}",
-        f"--preprocessor_handle={args.preprocessor_handle}",
-        f"--seq_length={args.seq_length}", f"--batch_size={args.batch_size}",
-        f"--batches={args.batches}", f"--cores={cores}"
-    ]
-    out = subprocess.run(
-        cmd,
-        capture_output=True,
-        text=True,
-        check=True,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+  rates = pinned_rates(csv_path, args.preprocessor_handle, args.seq_length,
+                       args.batch_size, args.batches)
   print(f"data: {csv_path}; seq_length {args.seq_length}, batch "
         f"{args.batch_size}, preprocessor {args.preprocessor_handle}\n")
   print("| cores | tweets/second | vs 1 core |")
   print("| --- | --- | --- |")
-  for r in results:
-    n = len(r["cores"].split(","))
-    ratio = r["tweets_per_second"] / results[0]["tweets_per_second"]
-    print(f"| {n} | {r['tweets_per_second']:,.0f} | {ratio:.2f}x |")
+  for n, rate in rates.items():
+    print(f"| {n} | {rate:,.0f} | {rate / rates[1]:.2f}x |")
   if args.output:
     with open(args.output, "w") as f:
-      json.dump(results, f, indent=2)
+      json.dump(rates, f, indent=2)
 
 
 if __name__ == "__main__":

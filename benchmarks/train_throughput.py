@@ -60,6 +60,8 @@ SHARED = os.path.join(
     os.path.dirname(ROOT), "shared", "data", "sentiment140_sample.csv")
 sys.path.insert(0, ROOT)
 
+from benchmarks import input_throughput  # noqa: E402  pylint: disable=g-import-not-at-top
+
 SIZES = {
     # hidden, layers, heads, intermediate (the demo's come from trainer.demo)
     "minilm":
@@ -123,24 +125,8 @@ def text_file(workdir, rows=20_000):
   """The shared real tweets, or generated ones in the same layout."""
   if os.path.exists(SHARED):
     return SHARED
-  return generated_csv(os.path.join(workdir, "generated.csv"), rows)
-
-
-def generated_csv(path, rows):
-  """`rows` generated tweets in the six-column Sentiment140 layout."""
-  import random  # pylint: disable=g-import-not-at-top
-  from trainer import demo  # pylint: disable=g-import-not-at-top
-  if os.path.exists(path):
-    return path
-  rng = random.Random(0)
-  with open(path + ".tmp", "w", encoding="latin-1") as f:
-    for i in range(rows):
-      label = 4 * (i % 2)
-      text = demo.sentence(rng, label == 4)
-      f.write(f'"{label}","{i}","Mon Apr 06 22:19:45 PDT 2009","NO_QUERY",'
-              f'"user{i}","@friend {text} http://t.co/x &amp; more"\n')
-  os.replace(path + ".tmp", path)
-  return path
+  return input_throughput.generated_csv(
+      os.path.join(workdir, "generated.csv"), rows)
 
 
 def read_texts(csv_path, limit):
@@ -500,24 +486,9 @@ def race(args, size, paths, contenders):
 
 def input_rate(args, paths):
   """Host pipeline tweets/second on 1 and on 2 cores (pinned processes)."""
-  rates = {}
-  for cores in ("0", "0,1"):
-    cmd = [
-        "taskset", "-c", cores, sys.executable,
-        os.path.join(ROOT, "benchmarks", "input_throughput.py"),
-        f"--csv={args.csv}", f"--preprocessor_handle={paths['preprocessor']}",
-        f"--seq_length={args.seq_length}", "--batch_size=128",
-        f"--batches={10 if args.quick else 60}", f"--cores={cores}"
-    ]
-    out = subprocess.run(
-        cmd,
-        capture_output=True,
-        text=True,
-        check=True,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    rates[len(cores.split(","))] = json.loads(
-        out.stdout.strip().splitlines()[-1])["tweets_per_second"]
-  return rates
+  return input_throughput.pinned_rates(args.csv, paths["preprocessor"],
+                                       args.seq_length, 128,
+                                       10 if args.quick else 60)
 
 
 def peak_memory(csv_path, steps):
@@ -680,9 +651,10 @@ def main():
   if "memory" not in skip:
     small_rows, big_rows = (2_000, 20_000) if args.quick else (20_000,
                                                                1_600_000)
-    small = generated_csv(
+    small = input_throughput.generated_csv(
         os.path.join(workdir, f"gen{small_rows}.csv"), small_rows)
-    big = generated_csv(os.path.join(workdir, f"gen{big_rows}.csv"), big_rows)
+    big = input_throughput.generated_csv(
+        os.path.join(workdir, f"gen{big_rows}.csv"), big_rows)
     steps = 20 if args.quick else 200
     mem_small, t_small = peak_memory(small, steps)
     mem_big, t_big = peak_memory(big, steps)

@@ -104,6 +104,9 @@ def test_missing_handle_is_a_clear_error(tmp_path):
     ("train_file", "/nonexistent/x.csv", "no such file"),
     ("preprocessor_handle", "/nonexistent", "no such folder"),
     ("precision", "float16", "choose one of float32, bfloat16"),
+    ("profile_steps", "7", "give FIRST,LAST steps with 0 < FIRST <= LAST"),
+    ("profile_steps", "9,7", "give FIRST,LAST steps with 0 < FIRST <= LAST"),
+    ("profile_steps", "0,a", "give FIRST,LAST steps with 0 < FIRST <= LAST"),
 ])
 def test_validation_names_flag_value_and_fix(field, value, message):
   c = config_lib.Config(**{field: value})

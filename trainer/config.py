@@ -76,6 +76,7 @@ class Config:
   deterministic: bool = False
   early_stopping_patience: int = 0
   early_stopping_metric: str = "eval/loss"
+  profile_steps: str = ""
 
   def to_json(self):
     return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -87,6 +88,20 @@ class Config:
     if self.tfds_name:
       return "tfds"
     return "demo"
+
+  def profile_window(self):
+    """(first, last) step of --profile_steps=FIRST,LAST, or None."""
+    if not self.profile_steps:
+      return None
+    parts = self.profile_steps.split(",")
+    try:
+      first, last = (int(p) for p in parts)
+    except ValueError:
+      first = last = 0
+    if len(parts) != 2 or not 0 < first <= last:
+      _fail("profile_steps", self.profile_steps,
+            "give FIRST,LAST steps with 0 < FIRST <= LAST, e.g. 20,30")
+    return first, last
 
   def resolved_label_map(self):
     """The raw-label -> class-id map for this run's data source.
@@ -235,6 +250,7 @@ def validate(c):
   if c.early_stopping_patience and not c.eval_every:
     _fail("early_stopping_patience", c.early_stopping_patience,
           "needs --eval_every > 0 (patience is counted in evals)")
+  c.profile_window()
   for flag in ("eval_every", "checkpoint_every", "max_nan_recoveries",
                "early_stopping_patience"):
     if getattr(c, flag) < 0:

@@ -176,6 +176,12 @@ flags.DEFINE_bool(
     "TF op determinism and fixed seeds: the same flags give bit-identical "
     "weights on CPU, also across kills and resumes. Slower on GPU.")
 
+flags.DEFINE_string(
+    "profile_steps", _D.profile_steps,
+    "FIRST,LAST: record a TensorBoard profile (trace viewer, op statistics) "
+    "of training steps FIRST..LAST into the train summaries "
+    "(plugins/profile); benchmarks/profile_ops.py tabulates it.")
+
 FLAGS = flags.FLAGS
 EXIT_BAD_INPUT = 2
 # SIGTERM/SIGINT: checkpoint saved, rerun to resume (EX_TEMPFAIL in

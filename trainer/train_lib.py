@@ -411,7 +411,45 @@ def _next_boundary(step, c, total):
   for every in (c.eval_every, c.checkpoint_every):
     if every:
       stop = min(stop, (step // every + 1) * every)
+  window = c.profile_window()
+  if window:
+    # Loops end where the profile starts and stops: it covers whole steps.
+    for edge in (window[0] - 1, window[1]):
+      if step < edge < stop:
+        stop = edge
   return stop
+
+
+class _Profile:
+  """--profile_steps: a TensorBoard profile of training steps FIRST..LAST.
+
+  Started before the loop that runs step FIRST and stopped after the loop
+  that runs step LAST (`_next_boundary` cuts loops there), so the trace holds
+  exactly those steps, written under `logdir`/plugins/profile/.
+  """
+
+  def __init__(self, c, logdir):
+    self.window = c.profile_window()
+    self.logdir = logdir
+    self.active = False
+
+  def before_loop(self, step):
+    """`step`: steps done before the loop; its first is step + 1."""
+    if self.window and not self.active and (
+        self.window[0] - 1 <= step < self.window[1]):
+      tf.profiler.experimental.start(self.logdir)
+      self.active = True
+      logging.info("Profiling steps %d..%d into %s/plugins/profile",
+                   step + 1, self.window[1], self.logdir)
+
+  def after_loop(self, stop):
+    if self.active and stop >= self.window[1]:
+      self.close()
+
+  def close(self):
+    if self.active:
+      tf.profiler.experimental.stop()
+      self.active = False
 
 
 class _Progress:
@@ -533,11 +571,18 @@ def run(c):
       evaluated[step] = (metrics, best.update(metrics, step))
     return evaluated[step]
 
+  # The chief profiles (--profile_steps); a worker's trace is its own host's.
+  profile = _Profile(c if chief else dataclasses.replace(c, profile_steps=""),
+                     os.path.join(summaries, "train"))
   with StopSignals() as signals:
-    train_loss, recoveries, stopped_early = _train(c, trainer, plan, data_at,
-                                                   progress, train_writer,
-                                                   evaluate, loop_times,
-                                                   signals)
+    try:
+      train_loss, recoveries, stopped_early = _train(c, trainer, plan,
+                                                     data_at, progress,
+                                                     train_writer, evaluate,
+                                                     loop_times, signals,
+                                                     profile)
+    finally:
+      profile.close()
 
   trainer.save_unless_saved()
   final_step = trainer.step
@@ -579,7 +624,7 @@ def run(c):
 
 
 def _train(c, trainer, plan, data_at, progress, train_writer, evaluate,
-           loop_times, signals):
+           loop_times, signals, profile):
   """The loops until the last step; returns the last loop's mean loss.
 
   A non-finite loss or gradient norm is caught at the loop boundary, before
@@ -595,9 +640,11 @@ def _train(c, trainer, plan, data_at, progress, train_writer, evaluate,
     # Logged at `stop`: the rate of the loop's last update (update t = stop).
     lr = float(trainer.optimizer.schedule(stop - 1))
     keep_malloc_fast()
+    profile.before_loop(step)
     started = time.perf_counter()
     loss, grad_norm = trainer.train_loop(iterator, tf.constant(stop - step))
     train_loss, grad_norm = float(loss), float(grad_norm)
+    profile.after_loop(stop)
     if faults.nan_in(position, position + stop - step):
       train_loss = float("nan")
     seconds = time.perf_counter() - started

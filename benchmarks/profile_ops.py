@@ -1,0 +1,132 @@
+r"""Where the time goes: a table of a `--profile_steps` trace, by op type.
+
+    python -m trainer.main ... --profile_steps=20,30 --model_dir=DIR
+    python benchmarks/profile_ops.py --logdir=DIR/summaries/train [--top=15]
+
+Reads the newest `plugins/profile/*/*.xplane.pb` under --logdir (the trace
+TensorBoard's Profile tab shows) and prints two markdown tables: time by
+phase (forward, backward, optimizer, input, other) and by op type. An op's
+time is its wall time on the thread that ran it, Eigen's helper threads
+included; the shares are of all op time in the window, which can exceed the
+window's wall time when ops run side by side. --output writes the numbers as
+JSON.
+"""
+
+import argparse
+import collections
+import glob
+import json
+import os
+import re
+import sys
+
+# TensorFlow's own copy of the profiler protos (no extra dependency).
+from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+# A TensorFlow op's event: "scope/op_name:OpType". Runtime events
+# ("ExecutorState::Process", "Iterator::Root", function calls) are not ops.
+_OP = re.compile(r"^([^\s:]+):([A-Za-z_][A-Za-z0-9_]*)$")
+
+# Ops that only run others: their time is their children's.
+_CONTAINERS = {
+    "While", "StatelessWhile", "If", "StatelessIf", "PartitionedCall",
+    "StatefulPartitionedCall", "_Send", "_Recv"
+}
+
+
+def newest_trace(logdir):
+  paths = glob.glob(os.path.join(logdir, "plugins", "profile", "*",
+                                 "*.xplane.pb"))
+  if not paths:
+    raise FileNotFoundError(
+        f"no profile under {logdir}/plugins/profile: run trainer.main with "
+        "--profile_steps=FIRST,LAST and pass its summaries/train folder")
+  return max(paths, key=os.path.getmtime)
+
+
+def phase(name, op_type):
+  if op_type.startswith("ResourceApply") or "global_norm" in name:
+    return "optimizer"
+  if "/gradients/" in name or name.startswith("gradients/"):
+    return "backward"
+  if op_type in ("IteratorGetNext", "IteratorGetNextAsOptional"):
+    return "input (waiting for the next batch)"
+  if "PartitionedCall" in name:
+    return "forward"
+  return "other (loop, all-reduce, metrics)"
+
+
+def summarize(path):
+  """The trace at `path` as a dict.
+
+  Keys: `loops` (train_loop calls traced) and `window_ms` (their wall time),
+  `op_ms` (all op time), `by_type` {op type: [ms, count]}, `by_phase`
+  {phase: ms}.
+  """
+  space = xplane_pb2.XSpace()
+  with open(path, "rb") as f:
+    space.ParseFromString(f.read())
+  by_type = collections.defaultdict(lambda: [0.0, 0])
+  by_phase = collections.defaultdict(float)
+  window_ms, loops = 0.0, 0
+  for plane in space.planes:
+    if plane.name != "/host:CPU":
+      continue
+    for line in plane.lines:
+      for event in line.events:
+        name = plane.event_metadata[event.metadata_id].name
+        ms = event.duration_ps / 1e9
+        if name == "train_loop":
+          window_ms += ms
+          loops += 1
+        op = _OP.match(name)
+        if not op:
+          continue
+        op_name, op_type = op.groups()
+        if op_type in _CONTAINERS:
+          continue
+        by_type[op_type][0] += ms
+        by_type[op_type][1] += 1
+        by_phase[phase(op_name, op_type)] += ms
+  return dict(
+      trace=path,
+      window_ms=window_ms,
+      loops=loops,
+      op_ms=sum(ms for ms, _ in by_type.values()),
+      by_type=dict(by_type),
+      by_phase=dict(by_phase))
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--logdir", required=True)
+  parser.add_argument("--top", type=int, default=15)
+  parser.add_argument("--output", default="")
+  args = parser.parse_args()
+  try:
+    result = summarize(newest_trace(args.logdir))
+  except (FileNotFoundError, OSError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+  total = result["op_ms"] or 1.0
+  print(f"trace: {result['trace']}\n{result['loops']} train_loop call(s), "
+        f"{result['window_ms']:.1f} ms wall; op time (all threads): "
+        f"{result['op_ms']:.1f} ms\n")
+  print("| phase | ms | share |\n| --- | --- | --- |")
+  for name, ms in sorted(result["by_phase"].items(), key=lambda kv: -kv[1]):
+    print(f"| {name} | {ms:.1f} | {ms / total:.1%} |")
+  print("\n| op type | ms | share | count |\n| --- | --- | --- | --- |")
+  ranked = sorted(result["by_type"].items(), key=lambda kv: -kv[1][0])
+  for op_type, (ms, count) in ranked[:args.top]:
+    print(f"| {op_type} | {ms:.1f} | {ms / total:.1%} | {count} |")
+  rest = sum(ms for _, (ms, _) in ranked[args.top:])
+  if rest:
+    print(f"| ({len(ranked) - args.top} other types) | {rest:.1f} | "
+          f"{rest / total:.1%} | |")
+  if args.output:
+    with open(args.output, "w") as f:
+      json.dump(result, f, indent=2)
+
+
+if __name__ == "__main__":
+  main()
