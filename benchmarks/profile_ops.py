@@ -5,7 +5,7 @@ r"""Where the time goes: a table of a `--profile_steps` trace, by op type.
 
 Reads the newest `plugins/profile/*/*.xplane.pb` under --logdir (the trace
 TensorBoard's Profile tab shows) and prints two markdown tables: time by
-phase (forward, backward, optimizer, input, other) and by op type. An op's
+phase (forward, backward, optimizer, input) and by op type. An op's
 time is its wall time on the thread that ran it, Eigen's helper threads
 included; the shares are of all op time in the window, which can exceed the
 window's wall time when ops run side by side. --output writes the numbers as
@@ -45,15 +45,19 @@ def newest_trace(logdir):
 
 
 def phase(name, op_type):
+  """Backward, optimizer, input or forward (with the loop's own few ops).
+
+  Gradients are named after the tape ("gradient_tape/...") or, inside a
+  loaded SavedModel's function, "gradients/..."; an encoder traced from
+  Python (bfloat16) keeps no module scopes, so forward ops are what is left.
+  """
   if op_type.startswith("ResourceApply") or "global_norm" in name:
     return "optimizer"
-  if "/gradients/" in name or name.startswith("gradients/"):
+  if "gradient_tape/" in name or "gradients/" in name:
     return "backward"
   if op_type in ("IteratorGetNext", "IteratorGetNextAsOptional"):
     return "input (waiting for the next batch)"
-  if "PartitionedCall" in name:
-    return "forward"
-  return "other (loop, all-reduce, metrics)"
+  return "forward (and the loop's own ops)"
 
 
 def summarize(path):

@@ -19,8 +19,9 @@ warms up once, then runs timed chunks on command; the parent alternates them
   keras_hub      keras-hub BertTextClassifier (Keras 3, TensorFlow backend),
                  its own preprocessor over the same vocabulary, random weights
                  of the same architecture, fit on raw strings
-  trainer_bf16   (only when asked: --contenders=trainer_best,trainer_bf16)
-                 trainer_best with --precision=bfloat16
+  trainer_bf16   trainer_best with --precision=bfloat16 (bfloat16 matmuls,
+                 float32 variables and loss: bert.MixedPrecisionEncoder);
+                 its ratio to trainer_best is `bf16_speedup` in the JSON
 
 Every contender gets the same global batch, sequence length, float32 and
 text (the real tweets in ../shared/data/sentiment140_sample.csv, else
@@ -72,7 +73,7 @@ SIZES = {
             intermediate_size=1536,
             max_position_embeddings=512),
 }
-CONTENDERS = ("trainer_best", "trainer_naive", "keras_recipe",
+CONTENDERS = ("trainer_best", "trainer_naive", "trainer_bf16", "keras_recipe",
               "keras_recipe_spe", "keras_hub")
 PEERS = ("keras_recipe", "keras_recipe_spe", "keras_hub")
 
@@ -616,6 +617,7 @@ def main():
       examples_per_second={},
       ratio_vs_best_peer={},
       mfu={},
+      bf16_speedup={},
       flops_per_example={})
   results["matmul_flops_per_second"] = matmul_flops(1.0 if args.quick else 8.0)
   for size in sizes:
@@ -630,6 +632,8 @@ def main():
     results["flops_per_example"][size] = flops
     if ours:
       results["mfu"][size] = ours * flops / results["matmul_flops_per_second"]
+    if ours and "trainer_bf16" in rates:
+      results["bf16_speedup"][size] = rates["trainer_bf16"] / ours
     if size == "demo" and "trainer_naive" in rates and ours:
       # Per-step host overhead: time per step saved by steps_per_loop.
       results["per_step_overhead_ms"] = 1000 * args.batch_size * (
@@ -688,6 +692,8 @@ def report(results):
   print()
   for size, ratio in results["ratio_vs_best_peer"].items():
     print(f"{size}: trainer_best / best peer = {ratio:.2f}x")
+  for size, ratio in results["bf16_speedup"].items():
+    print(f"{size}: bfloat16 / float32 (trainer) = {ratio:.2f}x")
   if "per_step_overhead_ms" in results:
     print("per-step host overhead saved by steps_per_loop="
           f"{s['steps_per_loop']['demo']} (demo): "

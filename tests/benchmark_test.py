@@ -38,8 +38,8 @@ def test_train_throughput_quick_mode(tmp_path):
   results = json.loads(output.read_text())
   rates = results["examples_per_second"]["demo"]
   assert sorted(rates) == sorted([
-      "trainer_best", "trainer_naive", "keras_recipe", "keras_recipe_spe",
-      "keras_hub"
+      "trainer_best", "trainer_naive", "trainer_bf16", "keras_recipe",
+      "keras_recipe_spe", "keras_hub"
   ])
   assert all(rate > 0 for rate in rates.values())
   best_peer = max(
@@ -47,6 +47,8 @@ def test_train_throughput_quick_mode(tmp_path):
   assert results["ratio_vs_best_peer"]["demo"] == pytest.approx(
       rates["trainer_best"] / best_peer)
   assert 0 < results["mfu"]["demo"] < 1
+  assert results["bf16_speedup"]["demo"] == pytest.approx(
+      rates["trainer_bf16"] / rates["trainer_best"])
   assert results["host_input_ratio"]["per_core"] > 0
   memory = results["peak_rss_mib"]
   assert memory["2000"] > 0 and memory["20000"] > 0

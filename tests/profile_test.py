@@ -30,7 +30,7 @@ def test_profile_holds_exactly_the_window_steps(tmp_path, demo_paths):
   # 9 and no other (loops are cut at steps 6 and 9 for the profile).
   trainable = len(hub.load(demo_paths["encoder"]).trainable_variables) + 2
   assert summary["by_type"]["ResourceApplyAdam"][1] == 3 * trainable
-  assert summary["by_phase"]["forward"] > 0
+  assert summary["by_phase"]["forward (and the loop's own ops)"] > 0
   assert summary["by_phase"]["backward"] > 0
   assert summary["loops"] == 1 and summary["window_ms"] > 0
 
