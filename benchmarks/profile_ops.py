@@ -35,8 +35,8 @@ _CONTAINERS = {
 
 
 def newest_trace(logdir):
-  paths = glob.glob(os.path.join(logdir, "plugins", "profile", "*",
-                                 "*.xplane.pb"))
+  paths = glob.glob(
+      os.path.join(logdir, "plugins", "profile", "*", "*.xplane.pb"))
   if not paths:
     raise FileNotFoundError(
         f"no profile under {logdir}/plugins/profile: run trainer.main with "

@@ -61,7 +61,8 @@ SHARED = os.path.join(
     os.path.dirname(ROOT), "shared", "data", "sentiment140_sample.csv")
 sys.path.insert(0, ROOT)
 
-from benchmarks import input_throughput  # noqa: E402  pylint: disable=g-import-not-at-top
+# pylint: disable-next=g-import-not-at-top
+from benchmarks import input_throughput  # noqa: E402
 
 SIZES = {
     # hidden, layers, heads, intermediate (the demo's come from trainer.demo)

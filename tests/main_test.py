@@ -142,5 +142,3 @@ def test_no_tpu_on_this_machine_is_a_clear_error(tmp_path):
 def test_unreachable_tpu_is_a_clear_error():
   with pytest.raises(distribute.StrategyError, match="cannot reach"):
     distribute.build_strategy(tpu="grpc://127.0.0.1:1")
-
-

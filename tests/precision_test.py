@@ -26,8 +26,10 @@ from trainer import train_lib
 from trainer import train_step
 
 BATCH, SEQ = 8, 16
-TEXTS = ["the movie was great", "my day was awful lol", "i hate mondays",
-         "wow the food was brilliant"] * 2
+TEXTS = [
+    "the movie was great", "my day was awful lol", "i hate mondays",
+    "wow the food was brilliant"
+] * 2
 
 
 def _batch(preprocessor):
@@ -62,12 +64,9 @@ def test_own_encoder_is_rebuilt_with_bfloat16_matmuls(no_dropout_encoder,
   if not train_lib.cpu_has_native_bfloat16():
     assert "expect it slower than float32" in note
   # Same variables, same order, same values, all float32.
-  assert [v.name for v in encoder.variables] == [
-      v.name for v in loaded.variables
-  ]
-  assert [v.name for v in encoder.trainable_variables] == [
-      v.name for v in loaded.trainable_variables
-  ]
+  names = lambda variables: [v.name for v in variables]
+  assert names(encoder.variables) == names(loaded.variables)
+  assert names(encoder.trainable_variables) == names(loaded.trainable_variables)
   for mine, theirs in zip(encoder.variables, loaded.variables):
     assert mine.dtype == tf.float32
     np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
@@ -124,8 +123,10 @@ def test_bfloat16_gradients_are_float32_and_follow_float32(
     loss = strategy.reduce("SUM", out["loss"], axis=None)
     assert np.isfinite(float(loss))
     assert int(opt.iterations.numpy()) == 1
-  flat = {p: tf.concat([tf.reshape(g, [-1]) for g in gs], 0)
-          for p, gs in grads.items()}
+  flat = {
+      p: tf.concat([tf.reshape(g, [-1]) for g in gs], 0)
+      for p, gs in grads.items()
+  }
   cosine = float(
       tf.reduce_sum(flat["float32"] * flat["bfloat16"]) /
       (tf.norm(flat["float32"]) * tf.norm(flat["bfloat16"])))
@@ -144,14 +145,14 @@ def test_bfloat16_checkpoint_restores_into_the_float32_model(
   for i, v in enumerate(model.trainable_variables):
     v.assign(tf.fill(v.shape, float(i)))
   path = tf.train.Checkpoint(
-      model=model, encoder_variables=list(mixed.variables)).write(
-          str(tmp_path / "ckpt"))
+      model=model,
+      encoder_variables=list(mixed.variables)).write(str(tmp_path / "ckpt"))
 
   loaded = hub.load(no_dropout_encoder)
   fresh = model_lib.Classifier(loaded, 2, seed=4)
   tf.train.Checkpoint(
-      model=fresh, encoder_variables=list(loaded.variables)).read(
-          path).assert_existing_objects_matched()
+      model=fresh, encoder_variables=list(
+          loaded.variables)).read(path).assert_existing_objects_matched()
   for i, v in enumerate(fresh.trainable_variables):
     np.testing.assert_array_equal(v.numpy(), np.full(v.shape, float(i)))
 
@@ -170,15 +171,17 @@ class _ForeignEncoder(tf.Module):
 def test_foreign_encoder_errors_where_no_rewrite_can_apply(no_dropout_encoder):
   foreign = _ForeignEncoder(hub.load(no_dropout_encoder))
   assert bert.saved_config(foreign) is None
-  with pytest.raises(config_lib.ConfigError,
-                     match="with --jit_compile=true: it is not an encoder "
-                     "saved by this project"):
+  with pytest.raises(
+      config_lib.ConfigError,
+      match="with --jit_compile=true: it is not an encoder "
+      "saved by this project"):
     train_lib.apply_precision(
         _config("bfloat16", encoder_handle="gs://b/enc"), _strategy(), True,
         foreign)
   if not train_lib.onednn_rewrites_bfloat16():
-    with pytest.raises(config_lib.ConfigError,
-                       match="no AVX512F: TensorFlow skips its oneDNN"):
+    with pytest.raises(
+        config_lib.ConfigError,
+        match="no AVX512F: TensorFlow skips its oneDNN"):
       train_lib.apply_precision(
           _config("bfloat16"), _strategy(), False, foreign)
   assert not tf.config.optimizer.get_experimental_options().get(

@@ -74,8 +74,7 @@ def _matmul(a, b, compute_dtype, **kwargs):
   if compute_dtype == "float32":
     return tf.matmul(a, b, **kwargs)
   return tf.cast(
-      tf.matmul(
-          tf.cast(a, compute_dtype), tf.cast(b, compute_dtype), **kwargs),
+      tf.matmul(tf.cast(a, compute_dtype), tf.cast(b, compute_dtype), **kwargs),
       tf.float32)
 
 
@@ -337,9 +336,7 @@ class MixedPrecisionEncoder(tf.__internal__.tracking.AutoTrackable):
     if state is not None:
       self.encoder.dropout_rng.state.assign(state)
     self.variables = [own[v.name] for v in loaded.variables]
-    self.trainable_variables = [
-        own[v.name] for v in loaded.trainable_variables
-    ]
+    self.trainable_variables = [own[v.name] for v in loaded.trainable_variables]
     self.regularization_losses = []
 
   def __call__(self, inputs, training=False):

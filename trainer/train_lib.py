@@ -204,9 +204,8 @@ def apply_precision(c, strategy, jit, encoder):
   if distribute.is_tpu(strategy):
     return encoder, ("precision: bfloat16 (the TPU's default matmul passes; "
                      "variables float32)")
-  where = ("on GPU" if distribute.has_gpu() else
-           "with --jit_compile=true" if jit else
-           None if onednn_rewrites_bfloat16() else
+  where = ("on GPU" if distribute.has_gpu() else "with --jit_compile=true"
+           if jit else None if onednn_rewrites_bfloat16() else
            "on this CPU (no AVX512F: TensorFlow skips its oneDNN bfloat16 "
            "rewrite)")
   if where:
@@ -435,12 +434,12 @@ class _Profile:
 
   def before_loop(self, step):
     """`step`: steps done before the loop; its first is step + 1."""
-    if self.window and not self.active and (
-        self.window[0] - 1 <= step < self.window[1]):
+    if self.window and not self.active and (self.window[0] - 1 <= step <
+                                            self.window[1]):
       tf.profiler.experimental.start(self.logdir)
       self.active = True
-      logging.info("Profiling steps %d..%d into %s/plugins/profile",
-                   step + 1, self.window[1], self.logdir)
+      logging.info("Profiling steps %d..%d into %s/plugins/profile", step + 1,
+                   self.window[1], self.logdir)
 
   def after_loop(self, stop):
     if self.active and stop >= self.window[1]:
@@ -572,15 +571,15 @@ def run(c):
     return evaluated[step]
 
   # The chief profiles (--profile_steps); a worker's trace is its own host's.
-  profile = _Profile(c if chief else dataclasses.replace(c, profile_steps=""),
-                     os.path.join(summaries, "train"))
+  profile = _Profile(
+      c if chief else dataclasses.replace(c, profile_steps=""),
+      os.path.join(summaries, "train"))
   with StopSignals() as signals:
     try:
-      train_loss, recoveries, stopped_early = _train(c, trainer, plan,
-                                                     data_at, progress,
-                                                     train_writer, evaluate,
-                                                     loop_times, signals,
-                                                     profile)
+      train_loss, recoveries, stopped_early = _train(c, trainer, plan, data_at,
+                                                     progress, train_writer,
+                                                     evaluate, loop_times,
+                                                     signals, profile)
     finally:
       profile.close()
 
