@@ -405,12 +405,16 @@ class Trainer:
         examples=int(round(totals["weight_sum"])))
 
 
-def _next_boundary(step, c, total):
+def _next_boundary(step, c, total, window=None):
+  """End of the loop starting at `step`; `window`: --profile_steps parsed.
+
+  Every worker cuts at the profile window (only the chief profiles), so
+  all run the same loops, as the collective ops require.
+  """
   stop = min(total, step + c.steps_per_loop)
   for every in (c.eval_every, c.checkpoint_every):
     if every:
       stop = min(stop, (step // every + 1) * every)
-  window = c.profile_window()
   if window:
     # Loops end where the profile starts and stops: it covers whole steps.
     for edge in (window[0] - 1, window[1]):
@@ -633,9 +637,10 @@ def _train(c, trainer, plan, data_at, progress, train_writer, evaluate,
   train_loss = float("nan")
   recoveries = 0
   iterator = data_at(trainer.data_position)
+  window = c.profile_window()
   while trainer.step < plan.total_steps:
     step, position = trainer.step, trainer.data_position
-    stop = _next_boundary(step, c, plan.total_steps)
+    stop = _next_boundary(step, c, plan.total_steps, window)
     # Logged at `stop`: the rate of the loop's last update (update t = stop).
     lr = float(trainer.optimizer.schedule(stop - 1))
     keep_malloc_fast()
