@@ -38,8 +38,8 @@ def test_train_throughput_quick_mode(tmp_path):
   results = json.loads(output.read_text())
   rates = results["examples_per_second"]["demo"]
   assert sorted(rates) == sorted([
-      "trainer_best", "trainer_naive", "trainer_bf16", "keras_recipe",
-      "keras_recipe_spe", "keras_hub"
+      "trainer_best", "trainer_loop1", "trainer_naive", "trainer_bf16",
+      "keras_recipe", "keras_recipe_spe", "keras_hub"
   ])
   assert all(rate > 0 for rate in rates.values())
   best_peer = max(
@@ -49,6 +49,10 @@ def test_train_throughput_quick_mode(tmp_path):
   assert 0 < results["mfu"]["demo"] < 1
   assert results["bf16_speedup"]["demo"] == pytest.approx(
       rates["trainer_bf16"] / rates["trainer_best"])
+  assert results["per_step_overhead_ms"] == pytest.approx(
+      1000 * results["settings"]["batch_size"] *
+      (1 / rates["trainer_loop1"] - 1 / rates["trainer_best"]))
+  assert results["settings"]["jit_compile"] == {"demo": True, "minilm": False}
   assert results["host_input_ratio"]["per_core"] > 0
   memory = results["peak_rss_mib"]
   assert memory["2000"] > 0 and memory["20000"] > 0

@@ -1,7 +1,7 @@
 """--precision=bfloat16: mixed precision where the encoder allows it.
 
 This project's own encoders are rebuilt with bfloat16 matmuls
-(`bert.MixedPrecisionEncoder`); other SavedModels can only get oneDNN's graph
+(`bert.NativeEncoder`); other SavedModels can only get oneDNN's graph
 rewrite on CPU, which TensorFlow applies on AVX512 CPUs only, and which is a
 process-wide option: that test runs in a fresh process.
 """
@@ -48,18 +48,20 @@ def _config(precision, **kwargs):
 
 def test_float32_returns_the_loaded_encoder_itself(no_dropout_encoder):
   loaded = hub.load(no_dropout_encoder)
-  encoder, note = train_lib.apply_precision(
-      _config("float32"), _strategy(), False, loaded)
+  encoder, jit, note = train_lib.prepare_encoder(
+      _config("float32"), _strategy(), loaded)
   assert encoder is loaded
+  assert jit is False  # unset --jit_compile on a CPU
   assert note == "precision: float32"
 
 
 def test_own_encoder_is_rebuilt_with_bfloat16_matmuls(no_dropout_encoder,
                                                       demo_paths):
   loaded = hub.load(no_dropout_encoder)
-  encoder, note = train_lib.apply_precision(
-      _config("bfloat16"), _strategy(), False, loaded)
-  assert isinstance(encoder, bert.MixedPrecisionEncoder)
+  encoder, _, note = train_lib.prepare_encoder(
+      _config("bfloat16"), _strategy(), loaded)
+  assert isinstance(encoder, bert.NativeEncoder)
+  assert not encoder.hashed_dropout
   assert note.startswith("precision: bfloat16 matmuls in the encoder")
   if not train_lib.cpu_has_native_bfloat16():
     assert "expect it slower than float32" in note
@@ -98,8 +100,9 @@ def test_bfloat16_gradients_are_float32_and_follow_float32(
   for precision in ("float32", "bfloat16"):
     with strategy.scope():
       loaded = hub.load(no_dropout_encoder)
-    encoder, _ = train_lib.apply_precision(
-        _config(precision), strategy, jit_compile, loaded)
+    encoder, jit, _ = train_lib.prepare_encoder(
+        _config(precision, jit_compile=jit_compile), strategy, loaded)
+    assert jit and isinstance(encoder, bert.NativeEncoder)
     with strategy.scope():
       model = model_lib.Classifier(encoder, 2, dropout_rate=0.0, seed=3)
       opt = optimization.AdamW(model.trainable_variables,
@@ -139,8 +142,8 @@ def test_bfloat16_checkpoint_restores_into_the_float32_model(
     no_dropout_encoder, tmp_path):
   """The export rebuilds the classifier in float32 from a bfloat16 run's
   checkpoint: object paths and the variable list must line up."""
-  mixed, _ = train_lib.apply_precision(
-      _config("bfloat16"), _strategy(), False, hub.load(no_dropout_encoder))
+  mixed, _, _ = train_lib.prepare_encoder(
+      _config("bfloat16"), _strategy(), hub.load(no_dropout_encoder))
   model = model_lib.Classifier(mixed, 2, seed=3)
   for i, v in enumerate(model.trainable_variables):
     v.assign(tf.fill(v.shape, float(i)))
@@ -171,19 +174,19 @@ class _ForeignEncoder(tf.Module):
 def test_foreign_encoder_errors_where_no_rewrite_can_apply(no_dropout_encoder):
   foreign = _ForeignEncoder(hub.load(no_dropout_encoder))
   assert bert.saved_config(foreign) is None
-  with pytest.raises(
-      config_lib.ConfigError,
-      match="with --jit_compile=true: it is not an encoder "
-      "saved by this project"):
-    train_lib.apply_precision(
-        _config("bfloat16", encoder_handle="gs://b/enc"), _strategy(), True,
-        foreign)
+  for precision in ("float32", "bfloat16"):
+    with pytest.raises(
+        config_lib.ConfigError,
+        match="--jit_compile=true cannot train --encoder_handle=gs://b/enc: "
+        "XLA recompiles the gradient of a loaded SavedModel at every step"):
+      train_lib.prepare_encoder(
+          _config(precision, encoder_handle="gs://b/enc", jit_compile=True),
+          _strategy(), foreign)
   if not train_lib.onednn_rewrites_bfloat16():
     with pytest.raises(
         config_lib.ConfigError,
         match="no AVX512F: TensorFlow skips its oneDNN"):
-      train_lib.apply_precision(
-          _config("bfloat16"), _strategy(), False, foreign)
+      train_lib.prepare_encoder(_config("bfloat16"), _strategy(), foreign)
   assert not tf.config.optimizer.get_experimental_options().get(
       "auto_mixed_precision_onednn_bfloat16")
 
@@ -195,8 +198,8 @@ from trainer import config as config_lib, distribute, train_lib
 class Foreign(tf.Module):
   pass
 c = config_lib.Config(precision="bfloat16", jit_compile=False)
-_, note = train_lib.apply_precision(
-    c, distribute.build_strategy("", "auto"), False, Foreign())
+_, _, note = train_lib.prepare_encoder(
+    c, distribute.build_strategy("", "auto"), Foreign())
 options = tf.config.optimizer.get_experimental_options()
 x = tf.random.stateless_normal([64, 256], seed=[1, 2])
 w = tf.random.stateless_normal([256, 64], seed=[3, 4])

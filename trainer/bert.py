@@ -120,13 +120,47 @@ class _LayerNorm(tf.Module):
                                       self.eps) * self.gamma + self.beta
 
 
-def _dropout(x, rate, training, rng):
+def _hash32(x):
+  """A 32-bit integer mixer (uint32 -> uint32, a bijection): xor-shifts and
+  odd multiplies whose constants give each input bit an even chance to flip
+  each output bit (C. Wellons' "lowbias32", see BUILD_NOTES.md)."""
+  x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 16))
+  x = x * tf.constant(0x7FEB352D, tf.uint32)
+  x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 15))
+  x = x * tf.constant(0x846CA68B, tf.uint32)
+  return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 16))
+
+
+def hashed_keep_mask(shape, rate, seed):
+  """Dropout's keep mask as a hash of (seed, element index).
+
+  `seed` is one uint32 drawn from the dropout generator per call. Under XLA
+  the whole mask fuses into the op that consumes it (an iota, five integer
+  ops and a compare per element), where a Philox draw per element costs
+  more than the encoder's matmuls on CPU (BUILD_NOTES.md, "XLA on CPU").
+  """
+  size = tf.reduce_prod(shape)
+  index = tf.bitcast(tf.range(size, dtype=tf.int32), tf.uint32)
+  bits = _hash32(
+      tf.bitwise.bitwise_xor(index * tf.constant(0x9E3779B9, tf.uint32),
+                             _hash32(seed)))
+  keep = bits >= tf.constant(min(round(rate * 2**32), 2**32 - 1), tf.uint32)
+  return tf.reshape(keep, shape)
+
+
+def _dropout(x, rate, training, rng, hashed=False):
   """Dropout drawing from `rng`, a tf.random.Generator whose state is a
   variable of the encoder: checkpointed with the weights, so a resumed run
-  draws exactly the masks an uninterrupted one would."""
+  draws exactly the masks an uninterrupted one would. `hashed` draws one
+  seed per call and hashes it with the element index (`hashed_keep_mask`)
+  instead of one Philox number per element: for XLA on CPU."""
   if not training or rate == 0.0:
     return x
-  keep = rng.uniform(tf.shape(x)) >= rate
+  if hashed:
+    keep = hashed_keep_mask(
+        tf.shape(x), rate, rng.uniform_full_int([], dtype=tf.uint32))
+  else:
+    keep = rng.uniform(tf.shape(x)) >= rate
   return tf.where(keep, x / (1.0 - rate), tf.zeros_like(x))
 
 
@@ -158,23 +192,24 @@ class _TransformerLayer(tf.Module):
     x = tf.reshape(x, [batch, length, self.num_heads, self.head_size])
     return tf.transpose(x, [0, 2, 1, 3])  # [batch, heads, length, head_size]
 
-  def __call__(self, x, attention_bias, training, rng, compute_dtype):
+  def __call__(self, x, attention_bias, training, rng, compute_dtype,
+               hashed_dropout):
     cd = compute_dtype
+    drop = lambda t: _dropout(t, self.dropout_rate, training, rng,
+                              hashed_dropout)
     q = self._heads(self.query(x, cd))
     k = self._heads(self.key(x, cd))
     v = self._heads(self.value(x, cd))
     scores = _matmul(q, k, cd, transpose_b=True) / math.sqrt(self.head_size)
     probs = tf.nn.softmax(scores + attention_bias, axis=-1)
-    probs = _dropout(probs, self.dropout_rate, training, rng)
+    probs = drop(probs)
     context = tf.transpose(_matmul(probs, v, cd), [0, 2, 1, 3])
     context = tf.reshape(context, tf.shape(x))
     context.set_shape(x.shape)
-    attended = _dropout(
-        self.attention_output(context, cd), self.dropout_rate, training, rng)
+    attended = drop(self.attention_output(context, cd))
     x = self.attention_layer_norm(x + attended)
     hidden = self.activation(self.intermediate(x, cd))
-    out = _dropout(
-        self.output_dense(hidden, cd), self.dropout_rate, training, rng)
+    out = drop(self.output_dense(hidden, cd))
     return self.output_layer_norm(x + out)
 
 
@@ -206,7 +241,11 @@ class BertEncoder(tf.Module):
       # Dropout's random state: a (non-trainable) variable like the weights.
       self.dropout_rng = tf.random.Generator.from_seed(seed + 1_000_003)
 
-  def __call__(self, inputs, training=False, compute_dtype="float32"):
+  def __call__(self,
+               inputs,
+               training=False,
+               compute_dtype="float32",
+               hashed_dropout=False):
     """Runs the encoder.
 
     Args:
@@ -215,7 +254,9 @@ class BertEncoder(tf.Module):
       training: whether dropout is active.
       compute_dtype: "float32", or "bfloat16" for mixed precision (bfloat16
         matmuls, everything else float32; see `_matmul`). Saved encoders
-        are traced in float32; see `MixedPrecisionEncoder` for bfloat16.
+        are traced in float32; see `NativeEncoder` for bfloat16.
+      hashed_dropout: draw dropout masks with `hashed_keep_mask` (for XLA
+        on CPU) instead of Philox; saved encoders use Philox.
 
     Returns:
       dict with `pooled_output` [batch, hidden], `sequence_output`
@@ -233,12 +274,13 @@ class BertEncoder(tf.Module):
         self.position_embeddings[tf.newaxis, :length, :])
     x = _dropout(
         self.embeddings_layer_norm(x), self.config.dropout_rate, training,
-        self.dropout_rng)
+        self.dropout_rng, hashed_dropout)
     # Padding positions get a large negative bias before the softmax.
     attention_bias = (1.0 - mask[:, tf.newaxis, tf.newaxis, :]) * -10000.0
     encoder_outputs = []
     for layer in self.layers:
-      x = layer(x, attention_bias, training, self.dropout_rng, compute_dtype)
+      x = layer(x, attention_bias, training, self.dropout_rng, compute_dtype,
+                hashed_dropout)
       encoder_outputs.append(x)
     pooled = tf.tanh(self.pooler(x[:, 0, :], compute_dtype))
     return dict(
@@ -305,24 +347,32 @@ def saved_config(loaded):
   return BertConfig(**json.loads(get().numpy().decode("utf-8")))
 
 
-class MixedPrecisionEncoder(tf.__internal__.tracking.AutoTrackable):
-  """A loaded encoder of this project's format, rebuilt to compute in
-  bfloat16.
+class NativeEncoder(tf.__internal__.tracking.AutoTrackable):
+  """A loaded encoder of this project's format, rebuilt as Python code.
 
-  The concrete functions of a SavedModel are fixed float32 graphs, so the
-  mixed-precision encoder is the Python `BertEncoder` built from the saved
-  config, with the loaded values copied in (create it under the strategy
-  scope, like the loaded one). Its attributes mirror the loaded object's
-  (`encoder`, `variables`, `trainable_variables` in the same order), so
-  checkpoints written with either precision restore into the other, and an
-  export rebuilt in float32 reads them.
+  A SavedModel's concrete functions are fixed float32 graphs, and XLA cannot
+  compile the gradient of a loaded function without recompiling at every
+  step (BUILD_NOTES.md, "XLA on CPU"). So for bfloat16 matmuls and for
+  `--jit_compile` the trainer rebuilds the Python `BertEncoder` from the
+  saved config and copies the loaded values in (create it under the
+  strategy scope, like the loaded one). Its attributes mirror the loaded
+  object's (`encoder`, `variables`, `trainable_variables` in the same order),
+  so checkpoints written either way restore into the other, and an export
+  rebuilt from the SavedModel reads them.
+
+  Args:
+    loaded: the `hub.load`ed encoder (it must have `get_config_json`).
+    compute_dtype: "float32" (the saved graph's math, bit for bit) or
+      "bfloat16" (bfloat16 matmuls; see `_matmul`).
+    hashed_dropout: draw dropout masks with `hashed_keep_mask` (XLA on CPU).
   """
 
-  def __init__(self, loaded, compute_dtype="bfloat16"):
+  def __init__(self, loaded, compute_dtype="float32", hashed_dropout=False):
     config = saved_config(loaded)
     if config is None:
       raise ValueError("not an encoder saved by trainer.bert.save_encoder")
     self.compute_dtype = compute_dtype
+    self.hashed_dropout = hashed_dropout
     self.encoder = BertEncoder(config)
     own = {v.name: v for v in self.encoder.variables}
     if sorted(own) != sorted(v.name for v in loaded.variables):
@@ -330,7 +380,7 @@ class MixedPrecisionEncoder(tf.__internal__.tracking.AutoTrackable):
                        "config")
     for v in loaded.variables:
       own[v.name].assign(v)
-    # Dropout's random state, so the first masks equal a float32 run's.
+    # Dropout's random state, so the first masks equal a saved-graph run's.
     saved_rng = getattr(getattr(loaded, "encoder", None), "dropout_rng", None)
     state = getattr(saved_rng, "_state_var", None)
     if state is not None:
@@ -341,4 +391,7 @@ class MixedPrecisionEncoder(tf.__internal__.tracking.AutoTrackable):
 
   def __call__(self, inputs, training=False):
     return self.encoder(
-        inputs, training=training, compute_dtype=self.compute_dtype)
+        inputs,
+        training=training,
+        compute_dtype=self.compute_dtype,
+        hashed_dropout=self.hashed_dropout)

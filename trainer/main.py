@@ -124,8 +124,10 @@ flags.DEFINE_integer("shuffle_buffer", _D.shuffle_buffer,
 flags.DEFINE_integer("seed", _D.seed, "Seed for data order, splits, head.")
 flags.DEFINE_bool(
     "jit_compile", _D.jit_compile,
-    "XLA-compile the replica step on CPU/GPU (unset: on for "
-    "GPU, off for CPU; TPUs always use XLA).")
+    "XLA-compile the replica step on CPU/GPU (unset: on for GPU, off for "
+    "CPU; TPUs always use XLA). Only for encoders saved by this project "
+    "(demo, convert_hf), which are rebuilt for XLA: XLA recompiles a loaded "
+    "SavedModel's gradient at every step.")
 flags.DEFINE_enum(
     "precision", _D.precision, ["float32", "bfloat16"],
     "bfloat16: mixed precision, bfloat16 matmuls with float32 variables, "

@@ -110,10 +110,17 @@ def _read_json(path):
     return None
 
 
-def resolve_jit(c, strategy):
+def resolve_jit(c, strategy, own_encoder=True):
+  """--jit_compile for the replica step on CPU/GPU (TPUs always compile).
+
+  Unset means on for GPU, off for CPU, and off for SavedModels not saved by
+  this project, whose loaded-function gradients XLA recompiles every step.
+  """
+  if distribute.is_tpu(strategy):
+    return False
   if c.jit_compile is not None:
-    return c.jit_compile and not distribute.is_tpu(strategy)
-  return distribute.has_gpu()
+    return c.jit_compile
+  return distribute.has_gpu() and own_encoder
 
 
 # glibc's mallopt parameter: allocations above it get their own mmap.
@@ -171,41 +178,59 @@ def _cpu_flags():
   return set()
 
 
-def apply_precision(c, strategy, jit, encoder):
-  """Sets up --precision for the loaded `encoder`.
+def prepare_encoder(c, strategy, encoder):
+  """Sets up --jit_compile and --precision for the loaded `encoder`.
 
   Returns:
-    (encoder to train, log line). float32 returns `encoder` unchanged.
+    (encoder to train, jit_compile for the replica step, log line).
 
-  bfloat16 is mixed precision: bfloat16 matmuls, float32 variables,
-  softmax, layer norms, loss and logits. Two routes, by what the encoder
-  allows:
-  - an encoder saved by this project (the demo, `trainer.convert_hf`
-    output) is rebuilt in Python with bfloat16 matmuls
-    (`bert.MixedPrecisionEncoder`): any device, with or without XLA;
-  - any other SavedModel is an opaque float32 graph. On TPU the matrix
-    units multiply it in bfloat16 passes already. On CPU grappler's oneDNN
-    auto-mixed-precision pass rewrites its matmuls and their gradients, which
-    needs --jit_compile=false (XLA clusters bypass grappler) and a CPU where
-    TensorFlow runs the pass.
+  An encoder saved by this project (the demo, `trainer.convert_hf` output)
+  is rebuilt in Python from its saved config (`bert.NativeEncoder`) where
+  the SavedModel's fixed graphs cannot serve:
+  - XLA on CPU/GPU: XLA cannot compile the gradient of a loaded function
+    without treating the batch as compile-time constants, i.e. recompiling
+    at every step; the rebuilt encoder compiles once, with hashed dropout
+    masks (a Philox draw per element is slower than the matmuls in XLA on
+    CPU);
+  - bfloat16: mixed precision, bfloat16 matmuls, float32 variables,
+    softmax, layer norms, loss and logits; any device, with or without XLA.
+  Any other SavedModel is an opaque float32 graph: no XLA on CPU/GPU. For
+  bfloat16, the TPU's matrix units multiply it in bfloat16 passes already;
+  on CPU grappler's oneDNN auto-mixed-precision pass rewrites its matmuls and
+  their gradients, on a CPU where TensorFlow runs the pass.
   """
-  if c.precision != "bfloat16":
-    return encoder, "precision: float32"
+  own = bert.saved_config(encoder) is not None
+  if not own and c.jit_compile and not distribute.is_tpu(strategy):
+    raise config_lib.ConfigError(
+        f"--jit_compile=true cannot train --encoder_handle={c.encoder_handle}"
+        ": XLA recompiles the gradient of a loaded SavedModel at every step "
+        "(the batch becomes a compile-time constant), which is many times "
+        "slower than no XLA. Only encoders saved by this project (the demo, "
+        "trainer.convert_hf output) are rebuilt for XLA; use "
+        "--jit_compile=false")
+  jit = resolve_jit(c, strategy, own)
+  bfloat16 = c.precision == "bfloat16"
+  if own and (jit or bfloat16):
+    with strategy.scope():
+      encoder = bert.NativeEncoder(
+          encoder, "bfloat16" if bfloat16 else "float32", hashed_dropout=jit)
+  xla = ("; XLA: the encoder rebuilt from its saved config, hashed dropout "
+         "masks" if jit else "")
+  if not bfloat16:
+    return encoder, jit, "precision: float32" + xla
   speed = ("" if cpu_has_native_bfloat16() or distribute.is_tpu(strategy) or
            distribute.has_gpu() else
            "; this CPU has no AVX512_BF16/AMX: bfloat16 arithmetic is "
            "emulated, expect it slower than float32")
-  if bert.saved_config(encoder) is not None:
-    with strategy.scope():
-      encoder = bert.MixedPrecisionEncoder(encoder, "bfloat16")
-    return encoder, ("precision: bfloat16 matmuls in the encoder (float32 "
-                     "variables, softmax, layer norms, loss and logits)" +
-                     speed)
+  if own:
+    return encoder, jit, (
+        "precision: bfloat16 matmuls in the encoder (float32 variables, "
+        "softmax, layer norms, loss and logits)" + speed + xla)
   if distribute.is_tpu(strategy):
-    return encoder, ("precision: bfloat16 (the TPU's default matmul passes; "
-                     "variables float32)")
-  where = ("on GPU" if distribute.has_gpu() else "with --jit_compile=true"
-           if jit else None if onednn_rewrites_bfloat16() else
+    return encoder, jit, ("precision: bfloat16 (the TPU's default matmul "
+                          "passes; variables float32)")
+  where = ("on GPU"
+           if distribute.has_gpu() else None if onednn_rewrites_bfloat16() else
            "on this CPU (no AVX512F: TensorFlow skips its oneDNN bfloat16 "
            "rewrite)")
   if where:
@@ -217,8 +242,8 @@ def apply_precision(c, strategy, jit, encoder):
         "use --precision=float32")
   tf.config.optimizer.set_experimental_options(
       {"auto_mixed_precision_onednn_bfloat16": True})
-  return encoder, ("precision: bfloat16 via oneDNN auto-mixed-precision "
-                   "(float32 variables, loss and logits)" + speed)
+  return encoder, jit, ("precision: bfloat16 via oneDNN auto-mixed-precision "
+                        "(float32 variables, loss and logits)" + speed)
 
 
 def _io_device(c):
@@ -494,7 +519,6 @@ def run(c):
           data_dir=c.data_dir))
   strategy = distribute.build_strategy(c.tpu, c.strategy)
   config_lib.check_replicas(c, strategy.num_replicas_in_sync)
-  jit = resolve_jit(c, strategy)
   chief, task_id = distribute.worker_role(strategy)
   # Non-chief workers of a multi-worker job save (the save is collective)
   # into a private folder that is removed at the end; the chief writes all
@@ -502,7 +526,7 @@ def run(c):
   out = c if chief else _worker_config(c, task_id)
   tf.io.gfile.makedirs(out.model_dir)
   preprocessor, encoder = load_models(c, strategy)
-  encoder, note = apply_precision(c, strategy, jit, encoder)
+  encoder, jit, note = prepare_encoder(c, strategy, encoder)
   logging.info("%s", note)
   splits = input_pipeline.make_splits(c)
   counts = count_splits(out, splits)
