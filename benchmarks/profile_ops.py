@@ -5,7 +5,10 @@ r"""Where the time goes: a table of a `--profile_steps` trace, by op type.
 
 Reads the newest `plugins/profile/*/*.xplane.pb` under --logdir (the trace
 TensorBoard's Profile tab shows) and prints two markdown tables: time by
-phase (forward, backward, optimizer, input) and by op type. An op's
+phase (forward, backward, optimizer, input, the XLA cluster, the host's
+tf.data threads) and by op type. XLA's ops (`--jit_compile`) are the
+events that carry an `hlo_op` stat: listed as `xla:` + the HLO instruction's
+name without its number (`xla:MatMul`, `xla:multiply_add_fusion`). An op's
 time is its wall time on the thread that ran it, Eigen's helper threads
 included; the shares are of all op time in the window, which can exceed the
 window's wall time when ops run side by side. --output writes the numbers as
@@ -26,6 +29,10 @@ from tensorflow.tsl.profiler.protobuf import xplane_pb2
 # A TensorFlow op's event: "scope/op_name:OpType". Runtime events
 # ("ExecutorState::Process", "Iterator::Root", function calls) are not ops.
 _OP = re.compile(r"^([^\s:]+):([A-Za-z_][A-Za-z0-9_]*)$")
+
+# An XLA instruction's event name: "MatMul_2.14", "select_add_fusion.3".
+_XLA_NUMBER = re.compile(r"(\.\d+)$")
+_XLA_MATMUL = re.compile(r"^MatMul(_\d+)?$")
 
 # Ops that only run others: their time is their children's.
 _CONTAINERS = {
@@ -60,6 +67,12 @@ def phase(name, op_type):
   return "forward (and the loop's own ops)"
 
 
+def xla_type(name):
+  """`xla:` + the HLO instruction's name without its number."""
+  name = _XLA_NUMBER.sub("", name)
+  return "xla:" + ("MatMul" if _XLA_MATMUL.match(name) else name)
+
+
 def summarize(path):
   """The trace at `path` as a dict.
 
@@ -76,22 +89,28 @@ def summarize(path):
   for plane in space.planes:
     if plane.name != "/host:CPU":
       continue
+    hlo_op = {i for i, m in plane.stat_metadata.items() if m.name == "hlo_op"}
     for line in plane.lines:
+      # tf.data's threads tokenize and pack the next batches meanwhile.
+      host_input = line.name.startswith("tf_data")
       for event in line.events:
         name = plane.event_metadata[event.metadata_id].name
         ms = event.duration_ps / 1e9
         if name == "train_loop":
           window_ms += ms
           loops += 1
-        op = _OP.match(name)
-        if not op:
-          continue
-        op_name, op_type = op.groups()
-        if op_type in _CONTAINERS:
-          continue
+        if any(stat.metadata_id in hlo_op for stat in event.stats):
+          op_type, where = xla_type(name), "XLA cluster (forward and backward)"
+        else:
+          op = _OP.match(name)
+          if not op or op.group(2) in _CONTAINERS:
+            continue
+          op_type = op.group(2)
+          where = ("host input pipeline (tf.data threads, overlapped)"
+                   if host_input else phase(op.group(1), op_type))
         by_type[op_type][0] += ms
         by_type[op_type][1] += 1
-        by_phase[phase(op_name, op_type)] += ms
+        by_phase[where] += ms
   return dict(
       trace=path,
       window_ms=window_ms,

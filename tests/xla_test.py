@@ -23,6 +23,9 @@ from trainer import bert
 from trainer import config as config_lib
 from trainer import train_lib
 
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import profile_ops  # noqa: E402  pylint: disable=g-import-not-at-top
+
 
 def _lowbias32(x):
   x = np.asarray(x, np.uint64) & 0xFFFFFFFF
@@ -138,17 +141,28 @@ def _run_logged(args, tmp_path):
 
 def test_jit_training_compiles_the_step_once(tmp_path, demo_paths):
   """`python -m trainer.main --jit_compile=true` over 6 steps (3 loops of
-  different batches): XLA compiles the forward/backward function once."""
+  different batches): XLA compiles the forward/backward function once. The
+  profile of steps 5-6 shows the XLA cluster's ops (benchmarks/profile_ops)."""
   out = _run_logged([
       sys.executable, "-m", "trainer.main",
       f"--flagfile={ROOT}/flags/demo_quick.flags",
-      f"--model_dir={tmp_path}/run", "--train_steps=6", "--steps_per_loop=2",
-      "--eval_every=0", "--checkpoint_every=0", "--export=false",
-      "--jit_compile=true"
+      f"--demo_cache_dir={demo_paths['root']}", f"--model_dir={tmp_path}/run",
+      "--train_steps=6", "--steps_per_loop=2", "--eval_every=0",
+      "--checkpoint_every=0", "--export=false", "--jit_compile=true",
+      "--profile_steps=5,6"
   ], tmp_path)
   assert "XLA: the encoder rebuilt from its saved config" in out.stderr
   assert "step 6/6" in out.stderr
   assert _compile_counts(out.stderr) == {"__inference_forward_backward": 1}
+
+  summary = profile_ops.summarize(
+      profile_ops.newest_trace(f"{tmp_path}/run/summaries/train"))
+  trainable = len(hub.load(demo_paths["encoder"]).trainable_variables) + 2
+  assert summary["by_type"]["ResourceApplyAdam"][1] == 2 * trainable
+  matmuls = summary["by_type"]["xla:MatMul"][1]
+  assert matmuls > 0 and matmuls % 2 == 0  # the same dots in both steps
+  assert summary["by_phase"]["XLA cluster (forward and backward)"] > 0
+  assert "backward" not in summary["by_phase"]  # all inside the cluster
 
 
 _LOADED_GRADIENT = r"""
