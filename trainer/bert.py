@@ -137,7 +137,7 @@ def hashed_keep_mask(shape, rate, seed):
   `seed` is one uint32 drawn from the dropout generator per call. Under XLA
   the whole mask fuses into the op that consumes it (an iota, five integer
   ops and a compare per element), where a Philox draw per element costs
-  more than the encoder's matmuls on CPU (BUILD_NOTES.md, "XLA on CPU").
+  more than the encoder's matmuls on CPU (BUILD_NOTES.md, "XLA on CPU/GPU").
   """
   size = tf.reduce_prod(shape)
   index = tf.bitcast(tf.range(size, dtype=tf.int32), tf.uint32)
@@ -352,7 +352,7 @@ class NativeEncoder(tf.__internal__.tracking.AutoTrackable):
 
   A SavedModel's concrete functions are fixed float32 graphs, and XLA cannot
   compile the gradient of a loaded function without recompiling at every
-  step (BUILD_NOTES.md, "XLA on CPU"). So for bfloat16 matmuls and for
+  step (BUILD_NOTES.md, "XLA on CPU/GPU"). So for bfloat16 matmuls and for
   `--jit_compile` the trainer rebuilds the Python `BertEncoder` from the
   saved config and copies the loaded values in (create it under the
   strategy scope, like the loaded one). Its attributes mirror the loaded
