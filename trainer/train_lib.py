@@ -110,7 +110,7 @@ def _read_json(path):
     return None
 
 
-def resolve_jit(c, strategy, own_encoder=True):
+def resolve_jit(c, strategy, own_encoder):
   """--jit_compile for the replica step on CPU/GPU (TPUs always compile).
 
   Unset means on for GPU, off for CPU, and off for SavedModels not saved by
@@ -200,7 +200,8 @@ def prepare_encoder(c, strategy, encoder):
   their gradients, on a CPU where TensorFlow runs the pass.
   """
   own = bert.saved_config(encoder) is not None
-  if not own and c.jit_compile and not distribute.is_tpu(strategy):
+  jit = resolve_jit(c, strategy, own)
+  if jit and not own:  # only an explicit --jit_compile=true gets here
     raise config_lib.ConfigError(
         f"--jit_compile=true cannot train --encoder_handle={c.encoder_handle}"
         ": XLA recompiles the gradient of a loaded SavedModel at every step "
@@ -208,7 +209,6 @@ def prepare_encoder(c, strategy, encoder):
         "slower than no XLA. Only encoders saved by this project (the demo, "
         "trainer.convert_hf output) are rebuilt for XLA; use "
         "--jit_compile=false")
-  jit = resolve_jit(c, strategy, own)
   bfloat16 = c.precision == "bfloat16"
   if own and (jit or bfloat16):
     with strategy.scope():
