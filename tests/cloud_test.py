@@ -190,11 +190,12 @@ def _doctor(demo_paths, tmp_path, **overrides):
   return {c.name: c for c in checks}
 
 
+@pytest.mark.core
 def test_doctor_passes_on_the_demo(demo_paths, tmp_path):
   checks = _doctor(demo_paths, tmp_path)
   assert all(c.ok for c in checks.values()), [c.line() for c in checks.values()]
   assert {
-      "versions", "flags", "strategy", "model_dir", "handles", "vocabulary",
+      "stack", "flags", "strategy", "model_dir", "handles", "vocabulary",
       "seq_length", "data.train", "data.validation", "xla"
   } == set(checks)
 

@@ -1,5 +1,6 @@
 """--tpu / --strategy -> a tf.distribute strategy, with clear failures."""
 
+import glob
 import json
 import os
 import re
@@ -29,6 +30,40 @@ def _check_grpc_reachable(tpu, timeout=10.0):
         "its network; on a TPU VM use --tpu=local.") from None
 
 
+# TPU chips as a TPU VM's kernel shows them: /dev/accel* (v2-v4),
+# /dev/vfio/<n> (v5e and later).
+_TPU_DEVICE_GLOBS = ("/dev/accel*", "/dev/vfio/[0-9]*")
+
+
+def local_tpu_devices():
+  return sorted(p for pattern in _TPU_DEVICE_GLOBS for p in glob.glob(pattern))
+
+
+def _reason(e):
+  """The informative line of a TPU start-up error: TensorFlow's first line
+  is often just "Graph execution error:"."""
+  lines = [line.strip() for line in str(e).strip().splitlines()]
+  lines = [
+      line for line in lines
+      if line and not line.startswith(("Graph execution error",
+                                       "Detected at node", "[[",
+                                       "<stack traces unavailable>"))
+  ]
+  return (lines[0] if lines else type(e).__name__)[:300]
+
+
+def _no_tpu_message(tpu, e):
+  if tpu == "local" and not local_tpu_devices():
+    return (f"--tpu=local: this machine has no TPU (no /dev/accel* or "
+            "/dev/vfio devices); --tpu=local works on a Cloud TPU VM or a "
+            "Colab TPU runtime. Leave --tpu empty to train on this machine's "
+            f"GPUs or CPU. ({_reason(e)})")
+  return (f"--tpu={tpu}: no usable TPU ({_reason(e)}). On a Cloud TPU VM use "
+          "--tpu=local with the tensorflow-tpu stack of install/tpu_vm.sh "
+          "(`python -m trainer.doctor` checks it); elsewhere give the TPU "
+          "name or grpc:// address, or leave --tpu empty to use GPUs/CPU.")
+
+
 def tpu_strategy(tpu):
   """Connects to `tpu` ('local', a TPU name or grpc:// address)."""
   _check_grpc_reachable(tpu)
@@ -39,12 +74,7 @@ def tpu_strategy(tpu):
     tf.tpu.experimental.initialize_tpu_system(resolver)
     strategy = tf.distribute.TPUStrategy(resolver)
   except (ValueError, RuntimeError, tf.errors.OpError) as e:
-    lines = str(e).strip().splitlines()
-    raise StrategyError(
-        f"--tpu={tpu}: no usable TPU ({lines[0] if lines else type(e).__name__}"
-        "). On a Cloud TPU VM use --tpu=local and install the tensorflow-tpu "
-        "build matching this TensorFlow; elsewhere give the TPU name or "
-        "grpc:// address, or leave --tpu empty to use GPUs/CPU.") from None
+    raise StrategyError(_no_tpu_message(tpu, e)) from None
   return strategy
 
 
@@ -142,3 +172,23 @@ def is_tpu(strategy):
 
 def has_gpu():
   return bool(tf.config.list_logical_devices("GPU"))
+
+
+def xla_cpu_problem():
+  """Why XLA cannot compile for the CPU in this TensorFlow build, or None.
+
+  The tensorflow-tpu build has no XLA:CPU backend ("could not find
+  registered transfer manager for platform Host"): there XLA compiles for
+  the TPU only.
+  """
+  @tf.function(jit_compile=True)
+  def xla_cpu_probe(x):
+    return x + 1
+
+  try:
+    with tf.device("/cpu:0"):
+      xla_cpu_probe(tf.constant(1.0))
+  except (tf.errors.NotFoundError, tf.errors.InvalidArgumentError,
+          tf.errors.UnimplementedError) as e:
+    return _reason(e)
+  return None

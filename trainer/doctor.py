@@ -2,11 +2,13 @@ r"""Check a configuration without training: one line per check.
 
     python -m trainer.doctor [the same flags as trainer.main]
 
-Checks that TensorFlow and TF Text match, the strategy resolves (and how many
-replicas it has), the handles load and agree (vocabulary vs. embedding table,
---seq_length vs. position embeddings), the data is readable (the first
---doctor_rows rows of each split by outcome), model_dir is writable and the
-train step compiles with XLA. Exits 1 when a check fails.
+Checks the TensorFlow stack (one distribution, tensorflow-text and tf-keras
+of its minor version, a supported version, libtpu on a TPU build), that the
+strategy resolves (and how many replicas it has), the handles load and agree
+(vocabulary vs. embedding table, --seq_length vs. position embeddings), the
+data is readable (the first --doctor_rows rows of each split by outcome),
+model_dir is writable and the train step compiles with XLA. Exits 1 when a
+check fails.
 """
 
 import dataclasses
@@ -19,6 +21,7 @@ from absl import flags
 import tensorflow as tf
 
 from trainer import config as config_lib
+from trainer import stack
 from trainer import main as trainer_main  # the trainer's flags
 
 FLAGS = flags.FLAGS
@@ -42,16 +45,23 @@ def _short(e):
   return (lines[0] if lines else type(e).__name__)[:300]
 
 
-def check_versions():
-  import tensorflow_text  # pylint: disable=g-import-not-at-top
-  tf_v = tf.__version__.split(".")[:2]
-  text_v = tensorflow_text.__version__.split(".")[:2]
-  detail = f"tensorflow {tf.__version__}, tensorflow-text " \
-           f"{tensorflow_text.__version__}"
-  return Check(
-      "versions", tf_v == text_v, detail,
-      "install tensorflow-text with the same major.minor as "
-      "tensorflow")
+def check_stack(found=None):
+  """The TensorFlow distribution, its companions' versions and the range.
+
+  One line; a TPU build also names its libtpu (notes, such as a libtpu off
+  its tested version, follow the versions).
+  """
+  found = stack.installed() if found is None else found
+  problems = stack.problems(found)
+  detail = (f"{stack.describe(found)} (supported TensorFlow: "
+            f"{stack.SUPPORTED[0]}-{stack.SUPPORTED[-1]})")
+  notes = stack.notes(found)
+  if notes:
+    detail += "; note: " + "; ".join(notes)
+  if problems:
+    return Check("stack", False, f"{stack.describe(found)}: {problems[0]}",
+                 "see install/ (README, \"Installing\")")
+  return Check("stack", True, detail)
 
 
 def check_model_dir(c):
@@ -77,7 +87,7 @@ def run_checks(c, rows=1000):
   from trainer import model as model_lib  # pylint: disable=g-import-not-at-top
   from trainer import preprocessing  # pylint: disable=g-import-not-at-top
   from trainer import train_lib  # pylint: disable=g-import-not-at-top
-  checks = [check_versions()]
+  checks = [check_stack()]
   try:
     config_lib.validate(c)
     checks.append(Check("flags", True, "all flags valid"))
@@ -144,6 +154,12 @@ def check_xla(c, strategy, encoder):
   from trainer import distribute  # pylint: disable=g-import-not-at-top
   if distribute.is_tpu(strategy):
     return Check("xla", True, "TPU: the step is compiled at the first loop")
+  problem = not distribute.has_gpu() and distribute.xla_cpu_problem()
+  if problem:
+    return Check(
+        "xla", True, "not checked: this TensorFlow build has no XLA for the "
+        f"CPU ({problem[:80]}...); training here runs without XLA "
+        "(--jit_compile=true would stop), a TPU compiles the step itself")
   try:
     model = model_lib.Classifier(encoder, c.num_classes, c.dropout_rate)
     opt = optimization.AdamW(model.trainable_variables,

@@ -218,6 +218,14 @@ def config_from_flags():
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  from trainer import stack  # pylint: disable=g-import-not-at-top
+  if not os.environ.get("BERT_TRAINER_SKIP_STACK_CHECK"):
+    for problem in stack.problems():  # The first one is enough to act on.
+      print(
+          f"error: {problem} (BERT_TRAINER_SKIP_STACK_CHECK=1 skips this "
+          "check)",
+          file=sys.stderr)
+      sys.exit(EXIT_BAD_INPUT)
   # Heavy imports after flag parsing so --help stays fast.
   from trainer import errors  # pylint: disable=g-import-not-at-top
   from trainer import train_lib  # pylint: disable=g-import-not-at-top

@@ -201,6 +201,12 @@ def prepare_encoder(c, strategy, encoder):
   """
   own = bert.saved_config(encoder) is not None
   jit = resolve_jit(c, strategy, own)
+  problem = jit and not distribute.has_gpu() and distribute.xla_cpu_problem()
+  if problem:
+    raise config_lib.ConfigError(
+        f"--jit_compile=true cannot run here: this TensorFlow build has no "
+        f"XLA backend for the CPU ({problem}); the tensorflow-tpu build "
+        "compiles XLA for TPUs only. Use --jit_compile=false off the TPU")
   if jit and not own:  # only an explicit --jit_compile=true gets here
     raise config_lib.ConfigError(
         f"--jit_compile=true cannot train --encoder_handle={c.encoder_handle}"
