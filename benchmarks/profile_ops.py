@@ -7,12 +7,12 @@ Reads the newest `plugins/profile/*/*.xplane.pb` under --logdir (the trace
 TensorBoard's Profile tab shows) and prints two markdown tables: time by
 phase (forward, backward, optimizer, input, the XLA cluster, the host's
 tf.data threads) and by op type. XLA's ops (`--jit_compile`) are the
-events that carry an `hlo_op` stat: listed as `xla:` + the HLO instruction's
-name without its number (`xla:MatMul`, `xla:multiply_add_fusion`). An op's
-time is its wall time on the thread that ran it, Eigen's helper threads
-included; the shares are of all op time in the window, which can exceed the
-window's wall time when ops run side by side. --output writes the numbers as
-JSON.
+events that carry an `hlo_op` stat: listed as `xla:` + the HLO
+instruction's name without its number (`xla:MatMul` for dots,
+`xla:multiply_add_fusion`). An op's time is its wall time on the thread that
+ran it, Eigen's helper threads included; the shares are of all op time in
+the window, which can exceed the window's wall time when ops run side by
+side. --output writes the numbers as JSON.
 """
 
 import argparse
@@ -30,9 +30,12 @@ from tensorflow.tsl.profiler.protobuf import xplane_pb2
 # ("ExecutorState::Process", "Iterator::Root", function calls) are not ops.
 _OP = re.compile(r"^([^\s:]+):([A-Za-z_][A-Za-z0-9_]*)$")
 
-# An XLA instruction's event name: "MatMul_2.14", "select_add_fusion.3".
-_XLA_NUMBER = re.compile(r"(\.\d+)$")
-_XLA_MATMUL = re.compile(r"^MatMul(_\d+)?$")
+# An XLA instruction's event name: "MatMul_2.14", "select_add_fusion.3"
+# (TF 2.21); "dot.12", "add_reduce_fusion.3.clone" (TF 2.20).
+_XLA_SUFFIX = re.compile(r"(\.\d+|\.clone)+$")
+_XLA_MATMUL = re.compile(r"^(MatMul(_\d+)?|dot)$")
+# XLA instructions that only run others (TF 2.20 traces its call thunks).
+_XLA_CONTAINERS = {"call", "while", "conditional"}
 
 # Ops that only run others: their time is their children's.
 _CONTAINERS = {
@@ -69,7 +72,7 @@ def phase(name, op_type):
 
 def xla_type(name):
   """`xla:` + the HLO instruction's name without its number."""
-  name = _XLA_NUMBER.sub("", name)
+  name = _XLA_SUFFIX.sub("", name)
   return "xla:" + ("MatMul" if _XLA_MATMUL.match(name) else name)
 
 
@@ -101,6 +104,8 @@ def summarize(path):
           loops += 1
         if any(stat.metadata_id in hlo_op for stat in event.stats):
           op_type, where = xla_type(name), "XLA cluster (forward and backward)"
+          if op_type[len("xla:"):] in _XLA_CONTAINERS:
+            continue
         else:
           op = _OP.match(name)
           if not op or op.group(2) in _CONTAINERS:

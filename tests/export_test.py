@@ -50,6 +50,7 @@ def _demo_cache(demo_paths, monkeypatch):
   monkeypatch.setenv("BERT_TRAINER_CACHE", os.path.dirname(demo_paths["root"]))
 
 
+@pytest.mark.core
 def test_training_exports_at_the_end(run):
   assert run["export_dir"] == os.path.join(run["model_dir"], "export", "20")
   assert tf.io.gfile.exists(os.path.join(run["export_dir"], "saved_model.pb"))
@@ -60,6 +61,7 @@ def test_training_exports_at_the_end(run):
   assert not leftovers
 
 
+@pytest.mark.core
 @pytest.mark.slow
 def test_fresh_process_without_trainer_serves_strings(run, tmp_path):
   script = tmp_path / "serve.py"
@@ -97,6 +99,7 @@ print(json.dumps(dict(
   assert set(out["names"]) <= {"negative", "positive"}
 
 
+@pytest.mark.core
 def test_export_matches_trainer_eval_step_and_token_ids(run, tmp_path):
   loaded = tf.saved_model.load(run["export_dir"])
   served = loaded.signatures["serving_default"](text=tf.constant(TEXTS))
@@ -151,6 +154,7 @@ def test_interrupted_export_leaves_no_folder_under_the_final_name(
   assert tf.io.gfile.exists(os.path.join(target, "saved_model.pb"))
 
 
+@pytest.mark.core
 @pytest.mark.slow
 def test_predict_end_to_end(run, tmp_path):
   result = run_module("trainer.predict", f"--export_dir={run['export_dir']}",

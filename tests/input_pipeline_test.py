@@ -30,6 +30,7 @@ def _ids(*tokens):
   return [vocab.index(t) for t in tokens]
 
 
+@pytest.mark.core
 def test_exact_token_ids(preprocessor):
   packer = preprocessing.make_packer(preprocessor, 12)
   out = packer(tf.constant(AWKWARD[:3]))
@@ -55,6 +56,7 @@ def test_long_text_is_truncated_with_sep_kept(preprocessor):
                                                     [sep]]
 
 
+@pytest.mark.core
 def test_same_ids_eager_and_in_tf_data_batched_and_unbatched(preprocessor):
   packer = preprocessing.make_packer(preprocessor, 24)
   eager = packer(tf.constant(AWKWARD))["input_word_ids"].numpy()
@@ -84,6 +86,7 @@ def _split(path, label_map=None):
       }, "csv"))
 
 
+@pytest.mark.core
 def test_distributed_train_data_is_int32_and_static(tmp_path, preprocessor):
   _write_csv(tmp_path / "d.csv", [(f"text {i}", i % 2) for i in range(40)])
   packer = preprocessing.make_packer(preprocessor, 16)

@@ -82,12 +82,17 @@ def test_own_encoder_is_rebuilt_with_bfloat16_matmuls(no_dropout_encoder,
   # bfloat16 keeps 8 significant bits: outputs move, by about that much
   # (LayerNorm'd activations are O(1)).
   assert 1e-4 < diff.max() < 0.1
-  # The same module in float32 is the saved graph, bit for bit.
+  # The same module in float32 is the saved graph: bit for bit on TF 2.19+;
+  # on 2.17/2.18 a few outputs differ in their last bit (2.4e-7).
   encoder.compute_dtype = "float32"
-  np.testing.assert_array_equal(
-      encoder(inputs, training=False)["sequence_output"].numpy(), exact)
+  np.testing.assert_allclose(
+      encoder(inputs, training=False)["sequence_output"].numpy(),
+      exact,
+      rtol=0,
+      atol=1e-6)
 
 
+@pytest.mark.xla
 def test_bfloat16_gradients_are_float32_and_follow_float32(
     no_dropout_encoder, demo_paths):
   """Mixed precision trains the float32 variables in the same direction; its

@@ -34,6 +34,7 @@ def _env():
   return dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
 
 
+@pytest.mark.core
 @pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_exits_75_and_the_run_resumes(
     tmp_path, demo_paths):

@@ -35,6 +35,8 @@ def _build(strategy, encoder_path, total_steps=10, dropout=0.0):
   return model, opt
 
 
+@pytest.mark.core
+@pytest.mark.xla
 def test_whole_replica_step_compiles_with_xla(demo_paths):
   """Forward, backward and the AdamW update, all inside one XLA cluster."""
   preprocessor = hub.load(demo_paths["preprocessor"])
@@ -53,6 +55,8 @@ def test_whole_replica_step_compiles_with_xla(demo_paths):
   assert all(changed)
 
 
+@pytest.mark.core
+@pytest.mark.xla
 def test_negative_control_string_preprocessor_inside_step_fails_xla(demo_paths):
   """The common recipe's mistake: text ops inside the compiled step."""
   preprocessor = hub.load(demo_paths["preprocessor"])
@@ -97,6 +101,7 @@ def _train(strategy, encoder_path, batches, steps):
   return losses, weights
 
 
+@pytest.mark.core
 def test_one_and_two_replicas_give_the_same_loss_and_weights(
     demo_paths, no_dropout_encoder):
   preprocessor = hub.load(demo_paths["preprocessor"])
