@@ -27,14 +27,14 @@ import subprocess  # noqa: E402
 
 from trainer import bert  # noqa: E402
 from trainer import demo  # noqa: E402
-from trainer import distribute  # noqa: E402
+from trainer import host  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
   """Tests marked `xla` need XLA:CPU; they skip, naming why, without it."""
   del config
   xla = [item for item in items if "xla" in item.keywords]
-  problem = distribute.xla_cpu_problem() if xla else None
+  problem = host.xla_cpu_problem() if xla else None
   if problem:
     skip = pytest.mark.skip(
         reason=f"this TensorFlow build has no XLA:CPU backend ({problem}); "

@@ -304,9 +304,11 @@ def test_wrong_shapes_are_named(hf_checkpoint, tmp_path):
     convert_hf.convert(str(tmp_path), str(tmp_path / "out"))
 
 
-def test_command_line_error_is_one_line(tmp_path, capsys):
+def test_command_line_error_is_one_line(tmp_path):
   _write_config(str(tmp_path), model_type="distilbert")
-  assert convert_hf.run(str(tmp_path), str(tmp_path / "out")) == 2
-  err = capsys.readouterr().err.strip().splitlines()
-  assert len(err) == 1 and err[0].startswith("error: ")
-  assert "model_type='distilbert'" in err[0]
+  result = run_module("trainer.convert_hf", f"--hf_dir={tmp_path}",
+                      f"--output_dir={tmp_path / 'out'}")
+  assert result.returncode == 2
+  errors = [s for s in result.stderr.splitlines() if s.startswith("error: ")]
+  assert len(errors) == 1 and "model_type='distilbert'" in errors[0]
+  assert "Traceback" not in result.stderr

@@ -130,7 +130,7 @@ def test_seq_length_above_encoder_positions(demo_paths):
   with pytest.raises(
       config_lib.ConfigError,
       match=r"--seq_length=129 is invalid: the encoder has 128"):
-    train_lib.load_models(c, tf.distribute.get_strategy())
+    train_lib.load_model(c, tf.distribute.get_strategy())
 
 
 @pytest.mark.core

@@ -19,7 +19,10 @@ import tensorflow_hub as hub
 from conftest import ROOT
 from trainer import bert
 from trainer import config as config_lib
+from trainer import errors
+from trainer import host
 from trainer import model as model_lib
+from trainer import precision as precision_lib
 from trainer import optimization
 from trainer import preprocessing
 from trainer import train_lib
@@ -46,10 +49,77 @@ def _config(precision, **kwargs):
   return config_lib.Config(precision=precision, **kwargs)
 
 
+def _prepare(c, strategy, encoder):
+  """(encoder, jit_compile, note) as the trainer prepares them."""
+  encoder, route = train_lib.prepare(c, strategy, encoder)
+  return encoder, route.jit_compile, route.note
+
+
+AVX2 = frozenset({"avx2", "fma"})
+AMX = frozenset({"avx512f", "avx512_bf16", "amx_bf16"})
+_NO_XLA = "could not find registered transfer manager for platform Host"
+
+
+@pytest.mark.parametrize(
+    "args,want",
+    [
+        # (precision, jit_compile, device, own encoder, CPU flags) ->
+        # (jit, rebuild, hashed dropout, oneDNN rewrite, note starts with)
+        (("float32", None, "cpu", True, AVX2),
+         (False, False, False, False, "precision: float32")),
+        (("float32", None, "gpu", True, AVX2),
+         (True, True, True, False, "precision: float32; XLA: the encoder "
+          "rebuilt")),
+        (("float32", None, "gpu", False, AVX2),
+         (False, False, False, False, "precision: float32")),
+        (("float32", True, "tpu", False, AVX2),
+         (False, False, False, False, "precision: float32")),
+        (("bfloat16", None, "cpu", True, AVX2),
+         (False, True, False, False, "precision: bfloat16 matmuls in the "
+          "encoder (float32 variables, softmax, layer norms, loss and "
+          "logits); this CPU has no AVX512_BF16/AMX")),
+        (("bfloat16", None, "cpu", True, AMX),
+         (False, True, False, False, "precision: bfloat16 matmuls in the "
+          "encoder (float32 variables, softmax, layer norms, loss and "
+          "logits)")),
+        (("bfloat16", None, "tpu", False, AVX2),
+         (False, False, False, False, "precision: bfloat16 (the TPU's")),
+        (("bfloat16", False, "cpu", False, AMX),
+         (False, False, False, True, "precision: bfloat16 via oneDNN")),
+    ])
+def test_route_table(args, want):
+  """precision.choose: the facts in, the route and its log line out."""
+  p, jit, device, own, flags = args
+  route = precision_lib.choose(p, jit, device, own, flags, "HANDLE")
+  assert (route.jit_compile, route.rebuild, route.hashed_dropout,
+          route.onednn_rewrite) == want[:4]
+  assert route.note.startswith(want[4]), route.note
+  assert route.precision == p
+
+
+@pytest.mark.parametrize("args,message", [
+    (("float32", True, "cpu", False, AVX2),
+     "--jit_compile=true cannot train --encoder_handle=HANDLE: XLA "
+     "recompiles the gradient of a loaded SavedModel"),
+    (("bfloat16", None, "gpu", False, AVX2),
+     "--precision=bfloat16 cannot apply to --encoder_handle=HANDLE on "
+     "GPU"),
+    (("bfloat16", None, "cpu", False, AVX2),
+     "--precision=bfloat16 cannot apply to --encoder_handle=HANDLE on "
+     "this CPU (no AVX512F"),
+    (("float32", True, "cpu", True, AVX2),
+     "--jit_compile=true cannot run here: this TensorFlow build has no "
+     f"XLA backend for the CPU ({_NO_XLA})"),
+])
+def test_route_refusals_name_the_flag(args, message):
+  with pytest.raises(errors.ConfigError) as info:
+    precision_lib.choose(*args, "HANDLE", xla_cpu_problem=lambda: _NO_XLA)
+  assert str(info.value).startswith(message), str(info.value)
+
+
 def test_float32_returns_the_loaded_encoder_itself(no_dropout_encoder):
   loaded = hub.load(no_dropout_encoder)
-  encoder, jit, note = train_lib.prepare_encoder(
-      _config("float32"), _strategy(), loaded)
+  encoder, jit, note = _prepare(_config("float32"), _strategy(), loaded)
   assert encoder is loaded
   assert jit is False  # unset --jit_compile on a CPU
   assert note == "precision: float32"
@@ -58,12 +128,11 @@ def test_float32_returns_the_loaded_encoder_itself(no_dropout_encoder):
 def test_own_encoder_is_rebuilt_with_bfloat16_matmuls(no_dropout_encoder,
                                                       demo_paths):
   loaded = hub.load(no_dropout_encoder)
-  encoder, _, note = train_lib.prepare_encoder(
-      _config("bfloat16"), _strategy(), loaded)
+  encoder, _, note = _prepare(_config("bfloat16"), _strategy(), loaded)
   assert isinstance(encoder, bert.NativeEncoder)
   assert not encoder.hashed_dropout
   assert note.startswith("precision: bfloat16 matmuls in the encoder")
-  if not train_lib.cpu_has_native_bfloat16():
+  if not host.has_native_bfloat16(host.cpu_flags()):
     assert "expect it slower than float32" in note
   # Same variables, same order, same values, all float32.
   names = lambda variables: [v.name for v in variables]
@@ -105,7 +174,7 @@ def test_bfloat16_gradients_are_float32_and_follow_float32(
   for precision in ("float32", "bfloat16"):
     with strategy.scope():
       loaded = hub.load(no_dropout_encoder)
-    encoder, jit, _ = train_lib.prepare_encoder(
+    encoder, jit, _ = _prepare(
         _config(precision, jit_compile=jit_compile), strategy, loaded)
     assert jit and isinstance(encoder, bert.NativeEncoder)
     with strategy.scope():
@@ -147,7 +216,7 @@ def test_bfloat16_checkpoint_restores_into_the_float32_model(
     no_dropout_encoder, tmp_path):
   """The export rebuilds the classifier in float32 from a bfloat16 run's
   checkpoint: object paths and the variable list must line up."""
-  mixed, _, _ = train_lib.prepare_encoder(
+  mixed, _, _ = _prepare(
       _config("bfloat16"), _strategy(), hub.load(no_dropout_encoder))
   model = model_lib.Classifier(mixed, 2, seed=3)
   for i, v in enumerate(model.trainable_variables):
@@ -184,14 +253,14 @@ def test_foreign_encoder_errors_where_no_rewrite_can_apply(no_dropout_encoder):
         config_lib.ConfigError,
         match="--jit_compile=true cannot train --encoder_handle=gs://b/enc: "
         "XLA recompiles the gradient of a loaded SavedModel at every step"):
-      train_lib.prepare_encoder(
+      _prepare(
           _config(precision, encoder_handle="gs://b/enc", jit_compile=True),
           _strategy(), foreign)
-  if not train_lib.onednn_rewrites_bfloat16():
+  if not host.onednn_rewrites_bfloat16(host.cpu_flags()):
     with pytest.raises(
         config_lib.ConfigError,
         match="no AVX512F: TensorFlow skips its oneDNN"):
-      train_lib.prepare_encoder(_config("bfloat16"), _strategy(), foreign)
+      _prepare(_config("bfloat16"), _strategy(), foreign)
   assert not tf.config.optimizer.get_experimental_options().get(
       "auto_mixed_precision_onednn_bfloat16")
 
@@ -203,8 +272,9 @@ from trainer import config as config_lib, distribute, train_lib
 class Foreign(tf.Module):
   pass
 c = config_lib.Config(precision="bfloat16", jit_compile=False)
-_, _, note = train_lib.prepare_encoder(
+_, route = train_lib.prepare(
     c, distribute.build_strategy("", "auto"), Foreign())
+note = route.note
 options = tf.config.optimizer.get_experimental_options()
 x = tf.random.stateless_normal([64, 256], seed=[1, 2])
 w = tf.random.stateless_normal([256, 64], seed=[3, 4])
@@ -217,7 +287,7 @@ print(json.dumps(dict(
 
 
 @pytest.mark.skipif(
-    not train_lib.onednn_rewrites_bfloat16(),
+    not host.onednn_rewrites_bfloat16(host.cpu_flags()),
     reason="TensorFlow runs its oneDNN bfloat16 rewrite only on AVX512F or "
     "AVX-NE-CONVERT CPUs; this one has neither")
 def test_foreign_encoder_gets_the_onednn_rewrite(tmp_path):

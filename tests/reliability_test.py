@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from trainer import actions
 from trainer import checkpoints
 from trainer import config as config_lib
+from trainer import errors
 from trainer import train_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -84,7 +86,7 @@ def test_sigterm_and_sigint_become_a_stop_request(sig):
   # Whatever the handlers were (a shell's background job starts with SIGINT
   # ignored), they are what StopSignals restores.
   before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-  with train_lib.StopSignals() as signals:
+  with actions.StopSignals() as signals:
     assert signals.received is None
     os.kill(os.getpid(), sig)
     assert signals.received == sig.name
@@ -240,7 +242,7 @@ def test_repeated_nan_stops_after_max_recoveries(tmp_path, demo_paths,
   monkeypatch.setenv("BERT_TRAINER_FAULT_NAN_BATCHES", "14,20,26")
   c = _nan_config(tmp_path, demo_paths, 36)
   with pytest.raises(
-      train_lib.TrainingError,
+      errors.TrainingError,
       match=r"gave up after 2 rollback\(s\) "
       r"\(--max_nan_recoveries=2\)"):
     train_lib.run(c)

@@ -111,11 +111,10 @@ def test_foreign_encoder_with_jit_unset_trains_without_xla(no_dropout_encoder):
       self.loaded = loaded
 
   foreign = Foreign(hub.load(no_dropout_encoder))
-  encoder, jit, note = train_lib.prepare_encoder(config_lib.Config(),
-                                                 tf.distribute.get_strategy(),
-                                                 foreign)
-  assert encoder is foreign and jit is False
-  assert note == "precision: float32"
+  encoder, route = train_lib.prepare(config_lib.Config(),
+                                     tf.distribute.get_strategy(), foreign)
+  assert encoder is foreign and route.jit_compile is False
+  assert route.note == "precision: float32"
 
 
 # XLA writes one `before_optimizations` module per compilation into
@@ -213,7 +212,7 @@ def test_negative_control_loaded_savedmodel_gradient_recompiles(
   """Why foreign encoders get no XLA: the same encoder called through its
   SavedModel recompiles for every new batch (3 batches, 3 compilations).
   If a TensorFlow release fixes this, this test fails: lift the error in
-  `train_lib.prepare_encoder` then."""
+  `precision.choose` then."""
   script = tmp_path / "loaded_gradient.py"
   script.write_text(_LOADED_GRADIENT)
   _, counts = _run_dumping(

@@ -1,0 +1,25 @@
+"""Fine-tune TF Hub BERT encoders for text classification on TPUs, GPUs, CPUs.
+
+The Python API, for notebooks (Colab) where absl flags are not parsed:
+
+    from trainer import Config, fit
+    summary = fit(Config(model_dir="/tmp/demo"))   # the embedded demo
+
+`fit` runs exactly what `python -m trainer.main` runs with the Config's
+fields as flags and returns the dict it writes to summary.json.
+"""
+
+
+def __getattr__(name):
+  # Loaded on first use, so `python -m trainer.main --help` and the
+  # command-line tools do not import TensorFlow before they need it.
+  if name == "Config":
+    from trainer import config  # pylint: disable=g-import-not-at-top
+    return config.Config
+  if name == "fit":
+    from trainer import train_lib  # pylint: disable=g-import-not-at-top
+    return train_lib.fit
+  raise AttributeError(f"module 'trainer' has no attribute {name!r}")
+
+
+__all__ = ["Config", "fit"]

@@ -1,4 +1,18 @@
-"""Checkpoint integrity: find the newest checkpoint that is whole.
+"""The one checkpoint layout, the restore order, and checkpoint integrity.
+
+Layout (`layout()`): `model/...` (the classifier: encoder and head),
+`optimizer/...` (AdamW's slots and `iterations`, the step), the encoder's
+variables again as a list under `encoder_variables` (how a loaded
+SavedModel's object graph is checkpointed depends on how it was saved; a
+list of variables is saved whatever the handle), and `data_skip`. The
+trainer writes it; the export reads it (`for_reading`).
+
+Restore order (`resume_point`): the newest intact checkpoint of the run's
+checkpoint folder, else nothing (the pretrained encoder from its handle and
+a fresh head). The checkpoint to export (`for_export`): the one asked for,
+else the best, else the newest.
+
+Integrity (`repair`): find the newest checkpoint that is whole.
 
 A job killed mid-save, a disk that filled up or a copy gone wrong can leave an
 empty or garbled `checkpoint` state file, a data shard without its `.index`,
@@ -17,11 +31,55 @@ import re
 from absl import logging
 import tensorflow as tf
 
+from trainer import errors
+
 _STEP = re.compile(r"ckpt-(\d+)(?:\.index|\.data-\d+-of-\d+)$")
+CheckpointError = errors.CheckpointError
 
 
-class CheckpointError(RuntimeError):
-  """Checkpoints exist but none is intact."""
+def layout(model, encoder, optimizer, data_skip=None):
+  """The run's tf.train.Checkpoint over `model`, `encoder`'s variables,
+  `optimizer` (or a stand-in holding `iterations`) and `data_skip`."""
+  objects = dict(
+      model=model,
+      optimizer=optimizer,
+      encoder_variables=list(encoder.variables))
+  if data_skip is not None:
+    objects["data_skip"] = data_skip
+  return tf.train.Checkpoint(**objects)
+
+
+def for_reading(model, encoder):
+  """(checkpoint, step variable) restoring the weights of a run's checkpoint
+  without its optimizer slots (restore with `expect_partial`)."""
+  step = tf.Variable(0, dtype=tf.int64)
+  return layout(model, encoder, tf.train.Checkpoint(iterations=step)), step
+
+
+def resume_point(directory, chief=True):
+  """The checkpoint a run resumes from, or None to start from the handle.
+
+  The chief repairs the folder first (`repair`); other workers of a
+  multi-worker job read the chief's state as it is.
+  """
+  if chief:
+    return repair(directory).intact
+  return tf.train.latest_checkpoint(directory)
+
+
+def for_export(checkpoints, best, explicit=""):
+  """`explicit`, else the newest in `best`, else the newest in
+  `checkpoints` (the run's folders)."""
+  if explicit:
+    if not tf.io.gfile.exists(explicit + ".index"):
+      raise errors.ExportError(f"--checkpoint={explicit}: no such checkpoint "
+                               "(give the path without .index)")
+    return explicit
+  for folder in (best, checkpoints):
+    latest = tf.train.latest_checkpoint(folder)
+    if latest:
+      return latest
+  raise errors.ExportError(f"no checkpoint to export in {checkpoints}")
 
 
 @dataclasses.dataclass
@@ -43,8 +101,7 @@ def _problem(prefix):
   except (tf.errors.OpError, ValueError, IndexError) as e:
     # A truncated shard shows up as IndexError ("Read less bytes than
     # requested") from the reader, a garbled one as an OpError.
-    lines = str(e).strip().splitlines()
-    return f"unreadable ({lines[0][:200] if lines else type(e).__name__})"
+    return f"unreadable ({errors.first_line(e, 200)})"
   return None
 
 

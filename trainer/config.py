@@ -1,84 +1,216 @@
 """The run configuration: one frozen dataclass, validated before heavy work.
 
-Field names equal flag names. `validate()` checks everything that can be
+Each field is a flag of the same name: its default, help text, choices and
+simple rule live here, with the field (`trainer.cli` makes the absl flags
+from them). `complete()` fills what the user left unset (Vertex AI's output
+locations, the demo's defaults), `validate()` checks everything that can be
 checked without loading a model or reading data and raises `ConfigError`
-naming the flag, the bad value and what would be valid. Checks that need the
-loaded encoder (sequence length vs. positions) live in `train_lib`.
+naming the flag, the bad value and what would be valid. Checks that need
+the loaded encoder live in `trainer.model`. No TensorFlow at import time,
+so `--help` stays fast.
 """
 
 import codecs
 import dataclasses
-import json
+import math
 import os
 import re
 
-import tensorflow as tf
+from absl import logging
 
-from trainer import sources
+from trainer import errors
 
+DEMO = "demo"
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker_mirrored")
+FILE_FORMATS = ("auto", "sentiment140", "csv", "tsv")
+PRECISIONS = ("float32", "bfloat16")
+EARLY_STOPPING_METRICS = ("eval/loss", "eval/accuracy")
+SENTIMENT140_LABEL_MAP = {0: 0, 4: 1}
+ConfigError = errors.ConfigError
+
+# Vertex AI sets these for custom jobs; they are the defaults of the flags.
+VERTEX_ENV = dict(
+    checkpoint_dir="AIP_CHECKPOINT_DIR",
+    summary_dir="AIP_TENSORBOARD_LOG_DIR",
+    export_base_dir="AIP_MODEL_DIR")
+
+# Defaults that differ for the embedded demo (a randomly initialised encoder
+# needs a far larger learning rate than fine-tuning a pretrained one),
+# applied only to fields the user did not set.
+DEMO_DEFAULTS = dict(
+    learning_rate=1e-3,
+    epochs=3.0,
+    seq_length=32,
+    steps_per_loop=50,
+    eval_every=125,
+    checkpoint_every=125)
 
 
-class ConfigError(ValueError):
-  """A flag value is invalid; the message names the flag and what is valid."""
+def _flag(default, help, choices=None, check=None):  # noqa: A002
+  """A Config field that is also a flag: `help` and `choices` for absl;
+  `check` = (predicate, what is valid) for `validate()`."""
+  return dataclasses.field(
+      default=default, metadata=dict(help=help, choices=choices, check=check))
+
+
+def _finite(rule):
+  return lambda v: math.isfinite(v) and rule(v)
+
+
+_POSITIVE = (lambda v: v >= 1, "must be >= 1")
+_COUNT = (lambda v: v >= 0, "must be >= 0 (0 = only at the end)")
+_UNIT = (_finite(lambda v: 0.0 <= v <= 1.0), "must be in [0, 1]")
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-  """Everything a run needs; see trainer/main.py for each field's meaning."""
+  """Everything a run needs; each field is the flag of the same name."""
 
-  model_dir: str = "/tmp/bert_trainer"
-  tpu: str = ""
-  strategy: str = "auto"
-  encoder_handle: str = "demo"
-  preprocessor_handle: str = "demo"
-  tfds_name: str = ""
-  data_dir: str = ""
-  text_key: str = ""
-  label_key: str = ""
-  train_file: str = ""
-  eval_file: str = ""
-  test_file: str = ""
-  file_format: str = "auto"
-  text_column: str = "text"
-  label_column: str = "label"
-  encoding: str = ""
-  label_map: str = ""
-  num_classes: int = 2
-  label_names: str = ""
-  max_bad_fraction: float = 0.01
-  read_stripes: int = 16
-  validation_fraction: float = 0.05
-  seq_length: int = 64
-  batch_size: int = 32
-  eval_batch_size: int = 0
-  train_steps: int = 0
-  epochs: float = 1.0
-  learning_rate: float = 5e-5
-  warmup_fraction: float = 0.1
-  weight_decay: float = 0.01
-  clip_norm: float = 1.0
-  dropout_rate: float = 0.1
-  steps_per_loop: int = 100
-  eval_every: int = 0
-  checkpoint_every: int = 1000
-  keep_checkpoints: int = 3
-  shuffle_buffer: int = 100_000
-  seed: int = 42
-  jit_compile: bool | None = None
-  precision: str = "float32"
-  demo_cache_dir: str = ""
-  export: bool = True
-  checkpoint_dir: str = ""
-  summary_dir: str = ""
-  export_base_dir: str = ""
-  max_nan_recoveries: int = 2
-  deterministic: bool = False
-  early_stopping_patience: int = 0
-  early_stopping_metric: str = "eval/loss"
-  profile_steps: str = ""
+  model_dir: str = _flag(
+      "/tmp/bert_trainer", "Checkpoints, summaries, config.json, "
+      "summary.json (local, gs:// or ram://). A run on a folder with a "
+      "checkpoint resumes from it.", None, (bool, "give a folder (local or "
+                                            "gs://)"))
+  tpu: str = _flag(
+      "", "'' for no TPU, 'local' on a Cloud TPU VM, or a TPU name / grpc:// "
+      "address.")
+  strategy: str = _flag(
+      "auto", "auto: TPU if --tpu, MirroredStrategy over all GPUs, else "
+      "the default strategy on the CPU.", STRATEGIES)
+  encoder_handle: str = _flag(
+      DEMO, "TF Hub BERT encoder: URL, gs:// path, local SavedModel folder, "
+      "or 'demo' (built offline).")
+  preprocessor_handle: str = _flag(
+      DEMO, "Matching preprocessor (tokenize + bert_pack_inputs), or 'demo'.")
+  tfds_name: str = _flag(
+      "", "TFDS dataset, e.g. sentiment140. With neither this nor "
+      "--train_file, the built-in demo text set is used.")
+  data_dir: str = _flag("", "TFDS data_dir (gs:// works).")
+  text_key: str = _flag("", "TFDS text feature ('' = text).")
+  label_key: str = _flag(
+      "", "TFDS label feature ('' = polarity for sentiment140, else label).")
+  train_file: str = _flag(
+      "", "CSV/TSV with a header row (instead of --tfds_name).")
+  eval_file: str = _flag(
+      "", "Validation CSV/TSV; without it one is carved from --train_file.")
+  test_file: str = _flag(
+      "", "Test CSV/TSV, evaluated at the end (the Sentiment140 zip "
+      "supplies its own).")
+  file_format: str = _flag(
+      "auto", "sentiment140: six columns, no header, quoted, ISO-8859-1 (a "
+      "header copy is detected too); csv/tsv: a header row. auto detects, "
+      "and logs what it found.", FILE_FORMATS)
+  text_column: str = _flag(
+      "text", "Text column (name or 0-based index) of "
+      "--train_file/--eval_file.")
+  label_column: str = _flag("label", "Label column (name or 0-based index).")
+  encoding: str = _flag(
+      "", "File encoding ('' = utf-8 if the start decodes, else "
+      "iso-8859-1).")
+  label_map: str = _flag(
+      "", "raw:class pairs, e.g. 0:0,4:1 ('' = 0:0,4:1 for sentiment140, "
+      "else identity). Other labels are excluded and counted.")
+  num_classes: int = _flag(2, "Number of classes.", None,
+                           (lambda v: v >= 2, "must be at least 2"))
+  label_names: str = _flag(
+      "", "Comma-separated class names, saved with the model ('' = "
+      "negative,positive for 2 classes).")
+  max_bad_fraction: float = _flag(
+      0.01, "Stop when more than this share of a split's rows is malformed "
+      "(labels outside --label_map do not count).", None, _UNIT)
+  read_stripes: int = _flag(
+      16, "A training file is read at this many places at once so a "
+      "label-sorted file gives mixed batches.", None, _POSITIVE)
+  validation_fraction: float = _flag(
+      0.05, "Share of train carved (seeded) into validation when the data "
+      "has no validation split.", None,
+      (_finite(lambda v: 0.0 < v < 1.0), "must be in (0, 1)"))
+  seq_length: int = _flag(
+      64, "Tokens per example incl. [CLS]/[SEP].", None,
+      (lambda v: 3 <= v <= 8192, "must be in [3, 8192] (room for [CLS], a "
+       "token and [SEP])"))
+  batch_size: int = _flag(
+      32, "Global batch size (divisible by the replica count).", None,
+      (lambda v: v >= 1, "must be a positive global batch size"))
+  eval_batch_size: int = _flag(
+      0, "Global eval batch size (0 = --batch_size).", None,
+      (lambda v: v >= 0, "must be >= 0 (0 = --batch_size)"))
+  train_steps: int = _flag(
+      0, "Total steps (0 = derive from --epochs).", None,
+      (lambda v: v >= 0, "must be >= 0 (0 = derive from --epochs)"))
+  epochs: float = _flag(1.0, "Epochs when --train_steps=0.")
+  learning_rate: float = _flag(5e-5, "Peak learning rate.", None,
+                               (_finite(lambda v: v > 0), "must be > 0"))
+  warmup_fraction: float = _flag(
+      0.1, "Share of total steps spent in linear warmup.", None, _UNIT)
+  weight_decay: float = _flag(
+      0.01, "AdamW decoupled weight decay (not on LayerNorm/bias).", None,
+      (_finite(lambda v: v >= 0), "must be >= 0"))
+  clip_norm: float = _flag(
+      1.0, "Global-norm gradient clipping (0 = off).", None,
+      (_finite(lambda v: v >= 0), "must be >= 0 (0 disables clipping)"))
+  dropout_rate: float = _flag(
+      0.1, "Classifier head dropout.", None,
+      (_finite(lambda v: 0.0 <= v < 1.0), "must be in [0, 1)"))
+  steps_per_loop: int = _flag(
+      100, "Steps per tf.function call (host work in between).", None,
+      _POSITIVE)
+  eval_every: int = _flag(0, "Evaluate every N steps (0 = only at the end).",
+                          None, _COUNT)
+  checkpoint_every: int = _flag(
+      1000, "Checkpoint every N steps (0 = only at the end).", None, _COUNT)
+  keep_checkpoints: int = _flag(3, "Rolling checkpoints kept.", None, _POSITIVE)
+  shuffle_buffer: int = _flag(100_000, "Examples in the seeded shuffle buffer.",
+                              None, _POSITIVE)
+  seed: int = _flag(42, "Seed for data order, splits, head.")
+  jit_compile: bool | None = _flag(
+      None, "XLA-compile the replica step on CPU/GPU (unset: on for GPU, "
+      "off for CPU; TPUs always use XLA). Only for encoders saved by this "
+      "project (demo, convert_hf), which are rebuilt for XLA: XLA recompiles "
+      "a loaded SavedModel's gradient at every step.")
+  precision: str = _flag(
+      "float32", "bfloat16: mixed precision, bfloat16 matmuls with float32 "
+      "variables, loss and logits. Encoders saved by this project (demo, "
+      "convert_hf) are rebuilt with bfloat16 matmuls on any device; other "
+      "SavedModels get oneDNN's rewrite on AVX512 CPUs (no XLA) or the TPU's "
+      "default passes. Faster only where the hardware has bfloat16 units. "
+      "See README.", PRECISIONS)
+  demo_cache_dir: str = _flag(
+      "", "Where the demo model and data are built ('' = "
+      "~/.cache/bert_tpu_trainer or $BERT_TRAINER_CACHE).")
+  export: bool = _flag(
+      True, "At the end, export a SavedModel serving raw strings to "
+      "model_dir/export/<step>/ (see trainer.export).")
+  checkpoint_dir: str = _flag(
+      "", "Checkpoints ('' = $AIP_CHECKPOINT_DIR on Vertex AI, else "
+      "model_dir/checkpoints).")
+  summary_dir: str = _flag(
+      "", "TensorBoard summaries ('' = $AIP_TENSORBOARD_LOG_DIR, else "
+      "model_dir/summaries).")
+  export_base_dir: str = _flag(
+      "", "Exports go to <export_base_dir>/<step> ('' = $AIP_MODEL_DIR, else "
+      "model_dir/export).")
+  max_nan_recoveries: int = _flag(
+      2, "On a non-finite loss or gradient norm, roll back to the newest "
+      "checkpoint and skip the bad batches at most this many times.", None,
+      _COUNT)
+  deterministic: bool = _flag(
+      False, "TF op determinism and fixed seeds: the same flags give "
+      "bit-identical weights on CPU, also across kills and resumes. Slower "
+      "on GPU.")
+  early_stopping_patience: int = _flag(
+      0, "Stop after this many evals without a better "
+      "--early_stopping_metric (0 = never).", None, _COUNT)
+  early_stopping_metric: str = _flag(
+      "eval/loss", "Metric that picks the best checkpoint (kept in "
+      "checkpoints/best and restored at the end).", EARLY_STOPPING_METRICS)
+  profile_steps: str = _flag(
+      "", "FIRST,LAST: record a TensorBoard profile (trace viewer, op "
+      "statistics) of training steps FIRST..LAST into the train summaries "
+      "(plugins/profile); benchmarks/profile_ops.py tabulates it.")
 
   def to_json(self):
+    import json  # pylint: disable=g-import-not-at-top
     return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
 
   @property
@@ -89,33 +221,21 @@ class Config:
       return "tfds"
     return "demo"
 
-  def profile_window(self):
-    """(first, last) step of --profile_steps=FIRST,LAST, or None."""
-    if not self.profile_steps:
-      return None
-    parts = self.profile_steps.split(",")
-    try:
-      first, last = (int(p) for p in parts)
-    except ValueError:
-      first = last = 0
-    if len(parts) != 2 or not 0 < first <= last:
-      _fail("profile_steps", self.profile_steps,
-            "give FIRST,LAST steps with 0 < FIRST <= LAST, e.g. 20,30")
-    return first, last
+  @property
+  def is_demo(self):
+    return self.encoder_handle == DEMO and self.source_kind == "demo"
 
-  def resolved_label_map(self):
-    """The raw-label -> class-id map for this run's data source.
-
-    Sentiment140 (TFDS, or a file in its layout, which `input_pipeline`
-    resolves) defaults to 0:0,4:1; anything else to the identity.
-    """
+  def label_map_for(self, sentiment140=False):
+    """The raw-label -> class-id map: --label_map, else 0:0,4:1 for
+    Sentiment140 (TFDS, or a file in its layout), else the identity."""
     if self.label_map:
-      return sources.parse_label_map(self.label_map)
-    if self.source_kind == "tfds" and self.tfds_name.startswith("sentiment140"):
-      return {0: 0, 4: 1}
+      return parse_label_map(self.label_map)
+    if sentiment140 or (self.source_kind == "tfds" and
+                        self.tfds_name.startswith("sentiment140")):
+      return dict(SENTIMENT140_LABEL_MAP)
     return {i: i for i in range(self.num_classes)}
 
-  def resolved_label_names(self):
+  def class_names(self):
     if self.label_names:
       return [n.strip() for n in self.label_names.split(",")]
     if self.num_classes == 2:
@@ -123,91 +243,141 @@ class Config:
     return [f"class_{i}" for i in range(self.num_classes)]
 
 
-def locations(c):
-  """Where checkpoints, summaries and exports go ('' flags: under model_dir)."""
-  return dict(
-      checkpoints=c.checkpoint_dir or os.path.join(c.model_dir, "checkpoints"),
-      summaries=c.summary_dir or os.path.join(c.model_dir, "summaries"),
-      export=c.export_base_dir or os.path.join(c.model_dir, "export"))
+FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 
 
-# Vertex AI sets these for custom jobs; they are the defaults of the flags.
-VERTEX_ENV = dict(
-    checkpoint_dir="AIP_CHECKPOINT_DIR",
-    summary_dir="AIP_TENSORBOARD_LOG_DIR",
-    export_base_dir="AIP_MODEL_DIR")
+def parse_label_map(spec):
+  """'0:0,4:1' -> {0: 0, 4: 1}; raises ValueError on a malformed spec."""
+  mapping = {}
+  for item in spec.split(","):
+    raw, sep, cls = item.strip().partition(":")
+    if not sep:
+      raise ValueError(f"label map entry {item!r} is not of the form raw:class")
+    mapping[int(raw)] = int(cls)
+  return mapping
+
+
+def profile_window(spec):
+  """--profile_steps=FIRST,LAST -> (first, last), or None for ''."""
+  if not spec:
+    return None
+  parts = spec.split(",")
+  try:
+    first, last = (int(p) for p in parts)
+  except ValueError:
+    first = last = 0
+  if len(parts) != 2 or not 0 < first <= last:
+    _fail("profile_steps", spec,
+          "give FIRST,LAST steps with 0 < FIRST <= LAST, e.g. 20,30")
+  return first, last
+
+
+def changed_fields(c):
+  """Names of the fields whose value differs from the default."""
+  return {name for name, f in FIELDS.items() if getattr(c, name) != f.default}
+
+
+def complete(c, given=None, environ=None):
+  """Fills the fields the user did not set, as `python -m trainer.main` does.
+
+  Args:
+    c: a Config.
+    given: names of the fields the user set (the flags given); None means
+      those that differ from their default (the Python API).
+    environ: the environment (default os.environ), for Vertex AI's AIP_*
+      output locations.
+
+  Returns:
+    The completed Config: Vertex AI's locations for unset location flags,
+    and the demo's defaults for unset fields of a demo run.
+  """
+  given = changed_fields(c) if given is None else set(given)
+  environ = os.environ if environ is None else environ
+  values = {}
+  for name, env in VERTEX_ENV.items():
+    if name not in given and environ.get(env):
+      values[name] = environ[env]
+      logging.info("--%s from Vertex AI's %s: %s", name, env, values[name])
+  if c.is_demo:
+    applied = {k: v for k, v in DEMO_DEFAULTS.items() if k not in given}
+    values.update(applied)
+    logging.info(
+        "Embedded demo: built-in encoder and text set, offline; demo "
+        "defaults %s", applied)
+  return dataclasses.replace(c, **values)
 
 
 def _fail(flag, value, valid):
-  raise ConfigError(f"--{flag}={value!r} is invalid: {valid}")
+  raise errors.ConfigError(f"--{flag}={value!r} is invalid: {valid}")
 
 
 def _is_remote(path):
   return bool(re.match(r"^[a-z][a-z0-9+.-]*://", path))
 
 
+def _exists(path):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return tf.io.gfile.exists(path)
+
+
+def _check_fields(c):
+  """Each field's own choices and rule (the metadata above)."""
+  for name, f in FIELDS.items():
+    value = getattr(c, name)
+    choices = f.metadata["choices"]
+    if choices and value not in choices:
+      _fail(name, value, f"choose one of {', '.join(choices)}")
+    check = f.metadata["check"]
+    if check and not check[0](value):
+      _fail(name, value, check[1])
+
+
 def _check_handle(flag, handle):
-  if handle == "demo" or _is_remote(handle):
+  if handle == DEMO or _is_remote(handle):
     return
-  if not tf.io.gfile.exists(handle):
+  if not _exists(handle):
     _fail(
         flag, handle, "no such folder; give a local SavedModel folder, a "
         "gs:// path, a https:// TF Hub / Kaggle URL, or 'demo'")
-  if not tf.io.gfile.exists(os.path.join(handle, "saved_model.pb")):
+  if not _exists(os.path.join(handle, "saved_model.pb")):
     _fail(
-        flag, handle, "the folder holds no saved_model.pb; point it at a "
-        "TF Hub SavedModel folder")
+        flag, handle, "the folder holds no saved_model.pb; point it at a TF "
+        "Hub SavedModel folder")
 
 
-PRECISIONS = ("float32", "bfloat16")
-
-
-def validate(c):
-  """Raises ConfigError for the first invalid field; returns `c` otherwise."""
-  if not c.model_dir:
-    _fail("model_dir", c.model_dir, "give a folder (local or gs://)")
-  if c.strategy not in STRATEGIES:
-    _fail("strategy", c.strategy, f"choose one of {', '.join(STRATEGIES)}")
-  if c.tpu and c.strategy not in ("auto",):
+def _check_sources(c):
+  """Handles and data files: they exist and go together."""
+  if c.tpu and c.strategy != "auto":
     _fail("strategy", c.strategy, "with --tpu set leave --strategy=auto")
   _check_handle("encoder_handle", c.encoder_handle)
   _check_handle("preprocessor_handle", c.preprocessor_handle)
-  if (c.encoder_handle == "demo") != (c.preprocessor_handle == "demo"):
+  if (c.encoder_handle == DEMO) != (c.preprocessor_handle == DEMO):
     _fail(
         "preprocessor_handle", c.preprocessor_handle,
         "the demo encoder and demo preprocessor go together; set both "
         "handles or neither")
   if c.train_file and c.tfds_name:
     _fail("tfds_name", c.tfds_name, "give either --tfds_name or --train_file")
-  if c.train_file and not _is_remote(c.train_file) and not tf.io.gfile.exists(
-      c.train_file):
-    _fail("train_file", c.train_file, "no such file")
-  for flag in ("eval_file", "test_file"):
+  for flag in ("train_file", "eval_file", "test_file"):
     path = getattr(c, flag)
-    if path and not c.train_file:
+    if path and flag != "train_file" and not c.train_file:
       _fail(flag, path, "needs --train_file")
-    if path and not _is_remote(path) and not tf.io.gfile.exists(path):
+    if path and not _is_remote(path) and not _exists(path):
       _fail(flag, path, "no such file")
-  if c.precision not in PRECISIONS:
-    _fail("precision", c.precision, f"choose one of {', '.join(PRECISIONS)}")
-  if c.file_format not in ("auto", "sentiment140", "csv", "tsv"):
-    _fail("file_format", c.file_format,
-          "choose one of auto, sentiment140, csv, tsv")
+
+
+def _check_labels(c):
   if c.encoding:
     try:
       codecs.lookup(c.encoding)
     except LookupError:
       _fail("encoding", c.encoding, "not a codec Python knows (e.g. utf-8, "
             "iso-8859-1)")
-  if not 0.0 <= c.max_bad_fraction <= 1.0:
-    _fail("max_bad_fraction", c.max_bad_fraction, "must be in [0, 1]")
-  if len(c.resolved_label_names()) != c.num_classes:
+  if len(c.class_names()) != c.num_classes:
     _fail("label_names", c.label_names, f"give {c.num_classes} comma-"
           "separated names, one per class")
-  if c.num_classes < 2:
-    _fail("num_classes", c.num_classes, "must be at least 2")
   try:
-    label_map = c.resolved_label_map()
+    label_map = c.label_map_for()
   except ValueError as e:
     _fail("label_map", c.label_map, f"{e}; write it as raw:class pairs, e.g. "
           "0:0,4:1")
@@ -215,46 +385,23 @@ def validate(c):
   if bad:
     _fail("label_map", c.label_map, f"class ids {bad} are outside "
           f"[0, --num_classes={c.num_classes})")
-  if not 0.0 < c.validation_fraction < 1.0:
-    _fail("validation_fraction", c.validation_fraction, "must be in (0, 1)")
-  if not 3 <= c.seq_length <= 8192:
-    _fail("seq_length", c.seq_length, "must be in [3, 8192] (room for [CLS], "
-          "a token and [SEP])")
-  if c.batch_size < 1:
-    _fail("batch_size", c.batch_size, "must be a positive global batch size")
-  if c.eval_batch_size < 0:
-    _fail("eval_batch_size", c.eval_batch_size, "must be >= 0 (0 = "
-          "--batch_size)")
-  if c.train_steps < 0:
-    _fail("train_steps", c.train_steps, "must be >= 0 (0 = derive from "
-          "--epochs)")
-  if c.train_steps == 0 and not c.epochs > 0:
+
+
+def _check_schedule(c):
+  if c.train_steps == 0 and not (math.isfinite(c.epochs) and c.epochs > 0):
     _fail("epochs", c.epochs, "must be > 0 when --train_steps=0")
-  if not c.learning_rate > 0:
-    _fail("learning_rate", c.learning_rate, "must be > 0")
-  if not 0.0 <= c.warmup_fraction <= 1.0:
-    _fail("warmup_fraction", c.warmup_fraction, "must be in [0, 1]")
-  if c.weight_decay < 0:
-    _fail("weight_decay", c.weight_decay, "must be >= 0")
-  if c.clip_norm < 0:
-    _fail("clip_norm", c.clip_norm, "must be >= 0 (0 disables clipping)")
-  if not 0.0 <= c.dropout_rate < 1.0:
-    _fail("dropout_rate", c.dropout_rate, "must be in [0, 1)")
-  for flag in ("steps_per_loop", "keep_checkpoints", "shuffle_buffer",
-               "read_stripes"):
-    if getattr(c, flag) < 1:
-      _fail(flag, getattr(c, flag), "must be >= 1")
-  if c.early_stopping_metric not in ("eval/loss", "eval/accuracy"):
-    _fail("early_stopping_metric", c.early_stopping_metric,
-          "choose eval/loss or eval/accuracy")
   if c.early_stopping_patience and not c.eval_every:
     _fail("early_stopping_patience", c.early_stopping_patience,
           "needs --eval_every > 0 (patience is counted in evals)")
-  c.profile_window()
-  for flag in ("eval_every", "checkpoint_every", "max_nan_recoveries",
-               "early_stopping_patience"):
-    if getattr(c, flag) < 0:
-      _fail(flag, getattr(c, flag), "must be >= 0 (0 = only at the end)")
+  profile_window(c.profile_steps)
+
+
+def validate(c):
+  """Raises ConfigError for the first invalid field; returns `c` otherwise."""
+  _check_fields(c)
+  _check_sources(c)
+  _check_labels(c)
+  _check_schedule(c)
   return c
 
 

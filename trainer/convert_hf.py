@@ -19,21 +19,18 @@ transformers at conversion time (safetensors is read with NumPy).
 import json
 import os
 import struct
-import sys
 
-from absl import app
 from absl import flags
 from absl import logging
 import numpy as np
 import tensorflow as tf
 
 from trainer import bert
+from trainer import cli
+from trainer import errors
 from trainer import preprocessing
 
-
-class ConversionError(ValueError):
-  """The checkpoint folder cannot be converted; the message says why."""
-
+ConversionError = errors.ConversionError
 
 # safetensors dtype names -> NumPy dtypes (BF16 is widened by hand).
 _SAFETENSORS_DTYPES = {
@@ -328,13 +325,8 @@ def define_flags():
   flags.mark_flags_as_required(["hf_dir", "output_dir"])
 
 
-def run(hf_dir, output_dir):
-  """Converts and prints the handles; returns the process exit code."""
-  try:
-    record = convert(hf_dir, output_dir)
-  except ConversionError as e:
-    print(f"error: {e}", file=sys.stderr, flush=True)
-    return 2
+def report(hf_dir, output_dir, record):
+  """Prints what was converted and the handles to train it with."""
   c = record["config"]
   print(f"converted {hf_dir}: {c['num_layers']} layers, hidden "
         f"{c['hidden_size']}, {c['num_heads']} heads, vocab "
@@ -343,15 +335,14 @@ def run(hf_dir, output_dir):
     print(f"note: {note}")
   print(f"  --encoder_handle={output_dir}/encoder "
         f"--preprocessor_handle={output_dir}/preprocessor")
-  return 0
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  sys.exit(run(flags.FLAGS.hf_dir, flags.FLAGS.output_dir))
+  del argv
+  hf_dir, output_dir = flags.FLAGS.hf_dir, flags.FLAGS.output_dir
+  report(hf_dir, output_dir, convert(hf_dir, output_dir))
 
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  cli.run(main)

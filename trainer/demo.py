@@ -1,7 +1,8 @@
 """The embedded default: a small BERT, its preprocessor and a labelled text set.
 
 `python -m trainer.main` with no flags must run offline, so the project builds
-(once, then cached) what a real run downloads: an encoder and a preprocessor in
+(once, then cached) what a real run downloads (the demo's own training
+defaults are `config.DEMO_DEFAULTS`): an encoder and a preprocessor in
 the TF Hub SavedModel format, and a CSV of generated short reviews whose
 sentiment a model can learn. Everything is a pure function of the version
 below, so the cache is safe to share between runs.
@@ -17,7 +18,6 @@ from trainer import bert
 from trainer import preprocessing
 
 VERSION = 4
-SENTINEL = "demo"
 
 _POSITIVE = ("good great love loved amazing wonderful happy awesome excellent "
              "fantastic enjoyed best nice fun beautiful glad perfect brilliant "
@@ -35,17 +35,6 @@ _FILLERS = ("today", "really", "so", "very", "again", "honestly", "just", "lol",
             "for sure", "all week", "right now")
 _TEMPLATES = ("{s} was {a} {f}", "{f} {s} is {a}", "i think {s} is {a}",
               "{s} {f} was {a} {f2}", "wow {s} was {a}", "{s} was {a} and {f}")
-
-# Defaults that differ for the demo (a randomly initialised encoder needs a
-# far larger learning rate than fine-tuning a pretrained one). Applied by
-# trainer.main only to flags not given on the command line.
-DEMO_DEFAULTS = dict(
-    learning_rate=1e-3,
-    epochs=3.0,
-    seq_length=32,
-    steps_per_loop=50,
-    eval_every=125,
-    checkpoint_every=125)
 
 DEMO_BERT = dict(
     hidden_size=64,

@@ -1,4 +1,8 @@
-"""--tpu / --strategy -> a tf.distribute strategy, with clear failures."""
+"""--tpu / --strategy -> a tf.distribute strategy, with clear failures.
+
+Also the facts other modules need about it: the device kind, this
+process's role in a multi-worker job, and where a TPU does its I/O.
+"""
 
 import glob
 import json
@@ -9,9 +13,9 @@ import socket
 from absl import logging
 import tensorflow as tf
 
+from trainer import errors
 
-class StrategyError(RuntimeError):
-  """The requested devices cannot be reached or do not exist."""
+StrategyError = errors.StrategyError
 
 
 def _check_grpc_reachable(tpu, timeout=10.0):
@@ -39,29 +43,17 @@ def local_tpu_devices():
   return sorted(p for pattern in _TPU_DEVICE_GLOBS for p in glob.glob(pattern))
 
 
-def _reason(e):
-  """The informative line of a TPU start-up error: TensorFlow's first line
-  is often just "Graph execution error:"."""
-  lines = [line.strip() for line in str(e).strip().splitlines()]
-  lines = [
-      line for line in lines
-      if line and not line.startswith(("Graph execution error",
-                                       "Detected at node", "[[",
-                                       "<stack traces unavailable>"))
-  ]
-  return (lines[0] if lines else type(e).__name__)[:300]
-
-
 def _no_tpu_message(tpu, e):
   if tpu == "local" and not local_tpu_devices():
     return (f"--tpu=local: this machine has no TPU (no /dev/accel* or "
             "/dev/vfio devices); --tpu=local works on a Cloud TPU VM or a "
             "Colab TPU runtime. Leave --tpu empty to train on this machine's "
-            f"GPUs or CPU. ({_reason(e)})")
-  return (f"--tpu={tpu}: no usable TPU ({_reason(e)}). On a Cloud TPU VM use "
-          "--tpu=local with the tensorflow-tpu stack of install/tpu_vm.sh "
-          "(`python -m trainer.doctor` checks it); elsewhere give the TPU "
-          "name or grpc:// address, or leave --tpu empty to use GPUs/CPU.")
+            f"GPUs or CPU. ({errors.first_line(e)})")
+  return (
+      f"--tpu={tpu}: no usable TPU ({errors.first_line(e)}). On a Cloud TPU "
+      "VM use --tpu=local with the tensorflow-tpu stack of install/tpu_vm.sh "
+      "(`python -m trainer.doctor` checks it); elsewhere give the TPU "
+      "name or grpc:// address, or leave --tpu empty to use GPUs/CPU.")
 
 
 def tpu_strategy(tpu):
@@ -110,6 +102,23 @@ def ensure_tf_config():
     tf_config = tf_config_from_cluster_spec(os.environ["CLUSTER_SPEC"])
     os.environ["TF_CONFIG"] = json.dumps(tf_config)
     logging.info("TF_CONFIG from Vertex AI's CLUSTER_SPEC: %s", tf_config)
+
+
+def device_kind(strategy):
+  """"tpu", "gpu" or "cpu": what the replicas run on."""
+  if is_tpu(strategy):
+    return "tpu"
+  return "gpu" if has_gpu() else "cpu"
+
+
+def io_device(strategy):
+  """Where checkpoints, handles and exports are read and written.
+
+  A TPU's workers cannot see the host's disk (on a TPU Node they are other
+  machines; on a TPU VM the host is the same job): the host does the I/O,
+  "/job:localhost". Elsewhere None, the default placement.
+  """
+  return "/job:localhost" if is_tpu(strategy) else None
 
 
 def is_remote_tpu(tpu):
@@ -172,23 +181,3 @@ def is_tpu(strategy):
 
 def has_gpu():
   return bool(tf.config.list_logical_devices("GPU"))
-
-
-def xla_cpu_problem():
-  """Why XLA cannot compile for the CPU in this TensorFlow build, or None.
-
-  The tensorflow-tpu build has no XLA:CPU backend ("could not find
-  registered transfer manager for platform Host"): there XLA compiles for
-  the TPU only.
-  """
-  @tf.function(jit_compile=True)
-  def xla_cpu_probe(x):
-    return x + 1
-
-  try:
-    with tf.device("/cpu:0"):
-      xla_cpu_probe(tf.constant(1.0))
-  except (tf.errors.NotFoundError, tf.errors.InvalidArgumentError,
-          tf.errors.UnimplementedError) as e:
-    return _reason(e)
-  return None

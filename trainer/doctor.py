@@ -16,13 +16,19 @@ import os
 import sys
 import uuid
 
-from absl import app
 from absl import flags
 import tensorflow as tf
 
+from trainer import cli
 from trainer import config as config_lib
+from trainer import distribute
+from trainer import errors
+from trainer import host
+from trainer import input_pipeline
+from trainer import model as model_lib
+from trainer import optimization
 from trainer import stack
-from trainer import main as trainer_main  # the trainer's flags
+from trainer import train_step
 
 FLAGS = flags.FLAGS
 
@@ -38,11 +44,6 @@ class Check:
     if self.ok:
       return f"[ok]   {self.name}: {self.detail}"
     return f"[FAIL] {self.name}: {self.detail} -> {self.fix}"
-
-
-def _short(e):
-  lines = str(e).strip().splitlines()
-  return (lines[0] if lines else type(e).__name__)[:300]
 
 
 def check_stack(found=None):
@@ -74,61 +75,15 @@ def check_model_dir(c):
   except (tf.errors.OpError, OSError) as e:
     return Check(
         "model_dir", False, f"{c.model_dir} is not writable "
-        f"({_short(e)})", "give a folder you can write (local or "
+        f"({errors.first_line(e)})", "give a folder you can write (local or "
         "gs:// with write access)")
   return Check("model_dir", True, f"{c.model_dir} is writable")
 
 
-def run_checks(c, rows=1000):
-  """Returns the list of Checks; stops early only where later checks need
-  what failed (no strategy: no handles; no handles: no compile)."""
-  from trainer import distribute  # pylint: disable=g-import-not-at-top
-  from trainer import input_pipeline  # pylint: disable=g-import-not-at-top
-  from trainer import model as model_lib  # pylint: disable=g-import-not-at-top
-  from trainer import preprocessing  # pylint: disable=g-import-not-at-top
-  from trainer import train_lib  # pylint: disable=g-import-not-at-top
-  checks = [check_stack()]
+def _check_data(c, rows):
+  checks = []
   try:
-    config_lib.validate(c)
-    checks.append(Check("flags", True, "all flags valid"))
-  except config_lib.ConfigError as e:
-    checks.append(Check("flags", False, str(e), "fix the flag"))
-    return checks
-  try:
-    strategy = distribute.build_strategy(c.tpu, c.strategy)
-    config_lib.check_replicas(c, strategy.num_replicas_in_sync)
-    checks.append(
-        Check(
-            "strategy", True, f"{type(strategy).__name__} with "
-            f"{strategy.num_replicas_in_sync} replica(s)"))
-  except (distribute.StrategyError, config_lib.ConfigError) as e:
-    checks.append(
-        Check("strategy", False, _short(e),
-              "see the message; --tpu/--strategy/--batch_size"))
-    return checks
-  checks.append(check_model_dir(c))
-  encoder = preprocessor = None
-  try:
-    preprocessor, encoder = train_lib.load_handles(c, strategy)
-    checks.append(Check("handles", True, "encoder and preprocessor load"))
-  except model_lib.HandleError as e:
-    checks.append(Check("handles", False, _short(e), "fix the handle"))
-  if encoder is not None:
-    vocab = preprocessing.vocab_size(preprocessor)
-    rows_ = model_lib.word_embedding_rows(encoder)
-    checks.append(
-        Check(
-            "vocabulary", None in (rows_, vocab) or vocab <= rows_,
-            f"preprocessor vocabulary {vocab}, encoder embedding table "
-            f"{rows_}", "use the preprocessor that matches the encoder"))
-    positions = model_lib.max_positions(encoder)
-    checks.append(
-        Check("seq_length", positions is None or c.seq_length <= positions,
-              f"--seq_length={c.seq_length}, encoder positions {positions}",
-              f"use --seq_length <= {positions}"))
-  try:
-    splits = input_pipeline.make_splits(c)
-    for name, split in splits.items():
+    for name, split in input_pipeline.make_splits(c).items():
       counts = input_pipeline.count(split, limit=rows)
       checks.append(
           Check(
@@ -138,9 +93,55 @@ def run_checks(c, rows=1000):
               f"{counts['rejected'] or 'none'}",
               "check --file_format, --text_column/--label_column, "
               "--label_map"))
-  except (input_pipeline.sources.DataError, OSError, tf.errors.OpError) as e:
+  except (errors.DataError, OSError, tf.errors.OpError) as e:
     checks.append(
-        Check("data", False, _short(e), "fix the data flags or the file"))
+        Check("data", False, errors.first_line(e),
+              "fix the data flags or the file"))
+  return checks
+
+
+def _check_model(c, strategy):
+  """Handles, their fit, and the encoder (None when they do not load)."""
+  try:
+    preprocessor, encoder = model_lib.load(c.encoder_handle,
+                                           c.preprocessor_handle, strategy,
+                                           distribute.io_device(strategy),
+                                           c.demo_cache_dir)
+  except errors.HandleError as e:
+    failed = Check("handles", False, errors.first_line(e), "fix the handle")
+    return [failed], None
+  checks = [Check("handles", True, "encoder and preprocessor load")]
+  for fit in model_lib.fit_checks(encoder, preprocessor, c.seq_length,
+                                  c.preprocessor_handle):
+    checks.append(Check(fit.name, fit.ok, fit.detail, fit.error))
+  return checks, encoder
+
+
+def run_checks(c, rows=1000):
+  """Returns the list of Checks; stops early only where later checks need
+  what failed (no strategy: no handles; no handles: no compile)."""
+  checks = [check_stack()]
+  try:
+    config_lib.validate(c)
+    checks.append(Check("flags", True, "all flags valid"))
+  except errors.ConfigError as e:
+    checks.append(Check("flags", False, str(e), "fix the flag"))
+    return checks
+  try:
+    strategy = distribute.build_strategy(c.tpu, c.strategy)
+    config_lib.check_replicas(c, strategy.num_replicas_in_sync)
+    checks.append(
+        Check(
+            "strategy", True, f"{type(strategy).__name__} with "
+            f"{strategy.num_replicas_in_sync} replica(s)"))
+  except (errors.StrategyError, errors.ConfigError) as e:
+    checks.append(
+        Check("strategy", False, errors.first_line(e),
+              "see the message; --tpu/--strategy/--batch_size"))
+    return checks
+  checks.append(check_model_dir(c))
+  model_checks, encoder = _check_model(c, strategy)
+  checks += model_checks + _check_data(c, rows)
   if encoder is not None and all(ch.ok for ch in checks):
     checks.append(check_xla(c, strategy, encoder))
   return checks
@@ -148,13 +149,9 @@ def run_checks(c, rows=1000):
 
 def check_xla(c, strategy, encoder):
   """Compiles one replica train step with XLA on a dummy int32 batch."""
-  from trainer import model as model_lib  # pylint: disable=g-import-not-at-top
-  from trainer import optimization  # pylint: disable=g-import-not-at-top
-  from trainer import train_step  # pylint: disable=g-import-not-at-top
-  from trainer import distribute  # pylint: disable=g-import-not-at-top
   if distribute.is_tpu(strategy):
     return Check("xla", True, "TPU: the step is compiled at the first loop")
-  problem = not distribute.has_gpu() and distribute.xla_cpu_problem()
+  problem = not distribute.has_gpu() and host.xla_cpu_problem()
   if problem:
     return Check(
         "xla", True, "not checked: this TensorFlow build has no XLA for the "
@@ -176,17 +173,14 @@ def check_xla(c, strategy, encoder):
     step(batch)  # compile and run once
   except (tf.errors.OpError, ValueError, TypeError) as e:
     return Check("xla", False, f"the train step does not compile: "
-                 f"{_short(e)}", "the encoder uses ops XLA/TPU cannot run")
+                 f"{errors.first_line(e)}",
+                 "the encoder uses ops XLA/TPU cannot run")
   return Check("xla", True, "the train step compiles with XLA")
-
-
-def define_flags():
-  flags.DEFINE_integer("doctor_rows", 1000, "Rows of each split to read.")
 
 
 def main(argv):
   del argv
-  checks = run_checks(trainer_main.config_from_flags(), FLAGS.doctor_rows)
+  checks = run_checks(cli.config_from_flags(), FLAGS.doctor_rows)
   for check in checks:
     print(check.line())
   failed = [ch.name for ch in checks if not ch.ok]
@@ -196,5 +190,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  define_flags()
-  app.run(main)
+  cli.define_config_flags()
+  flags.DEFINE_integer("doctor_rows", 1000, "Rows of each split to read.")
+  cli.run(main, check_stack=False)  # its first line reports the stack

@@ -14,15 +14,16 @@ confusion matrix (rows: true class) and the rows excluded, by reason.
 import dataclasses
 import json
 import os
-import sys
 
-from absl import app
 from absl import flags
 import numpy as np
 import tensorflow as tf
 
+from trainer import cli
 from trainer import config as config_lib
-from trainer import main as trainer_main  # the trainer's data flags
+from trainer import errors
+from trainer import export
+from trainer import input_pipeline
 from trainer import metrics as metrics_lib
 
 FLAGS = flags.FLAGS
@@ -30,23 +31,17 @@ FLAGS = flags.FLAGS
 
 def _config():
   """The trainer's flags over the run's config.json (when --model_dir has)."""
-  from trainer import export  # pylint: disable=g-import-not-at-top
-  c = trainer_main.config_from_flags()
+  c = cli.config_from_flags()
   if not FLAGS["model_dir"].present or not tf.io.gfile.exists(
       os.path.join(FLAGS.model_dir, "config.json")):
     return c
   saved = export.read_run_config(FLAGS.model_dir)
-  given = {
-      f.name: getattr(c, f.name)
-      for f in dataclasses.fields(c)
-      if FLAGS[f.name].present
-  }
-  return dataclasses.replace(saved, **given)
+  given = [name for name in config_lib.FIELDS if FLAGS[name].present]
+  return dataclasses.replace(saved, **{n: getattr(c, n) for n in given})
 
 
 def _serving(c):
-  """Returns (serve fn, class names)."""
-  from trainer import export  # pylint: disable=g-import-not-at-top
+  """Returns (serve fn, class names or None to take the Config's)."""
   if FLAGS.export_dir:
     loaded = tf.saved_model.load(FLAGS.export_dir)
     serve = loaded.signatures["serving_default"]
@@ -54,16 +49,17 @@ def _serving(c):
   c, preprocessor, model, _, _ = export.load_classifier(FLAGS.model_dir,
                                                         FLAGS.checkpoint)
   module = export.ServingModule(preprocessor, model, c.seq_length,
-                                c.resolved_label_names())
-  return module.serve, c.resolved_label_names()
+                                c.class_names())
+  # The lambda keeps `module` alive: a tf.function method holds only a weak
+  # reference to its object.
+  return lambda text: module.serve(text), c.class_names()
 
 
 def evaluate(c, serve, split_name, class_names=None, batch_size=256):
   """Runs `serve` over a split's usable rows; returns the metrics dict."""
-  from trainer import input_pipeline  # pylint: disable=g-import-not-at-top
   splits = input_pipeline.make_splits(c)
   if split_name not in splits:
-    raise config_lib.ConfigError(
+    raise errors.ConfigError(
         f"--split={split_name!r} is invalid: this data has splits "
         f"{sorted(splits)}")
   split = splits[split_name]
@@ -79,7 +75,7 @@ def evaluate(c, serve, split_name, class_names=None, batch_size=256):
       np.concatenate(probabilities)
       if probabilities else np.zeros([0, num_classes]))
   labels = np.concatenate(labels) if labels else np.zeros([0], np.int64)
-  names = class_names or c.resolved_label_names()
+  names = class_names or c.class_names()
   result = metrics_lib.classification_metrics(labels, probabilities, names)
   result.update(
       split=split_name,
@@ -91,6 +87,7 @@ def evaluate(c, serve, split_name, class_names=None, batch_size=256):
 
 
 def define_flags():
+  cli.define_config_flags()
   flags.DEFINE_string("export_dir", "", "An export from trainer.export.")
   flags.DEFINE_string(
       "checkpoint", "", "With --model_dir: the checkpoint "
@@ -104,18 +101,11 @@ def define_flags():
 
 def main(argv):
   del argv
-  from trainer import errors  # pylint: disable=g-import-not-at-top
-  from trainer import export  # pylint: disable=g-import-not-at-top
-  from trainer import input_pipeline  # pylint: disable=g-import-not-at-top
-  try:
-    c = config_lib.validate(_config())
-    serve, names = _serving(c)
-    split = FLAGS.split or ("test" if "test" in input_pipeline.make_splits(c)
-                            else "validation")
-    result = evaluate(c, serve, split, names)
-  except (export.ExportError,) + errors.USER_ERRORS as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+  c = config_lib.validate(_config())
+  serve, names = _serving(c)
+  split = FLAGS.split or ("test" if "test" in input_pipeline.make_splits(c) else
+                          "validation")
+  result = evaluate(c, serve, split, names)
   text = json.dumps(result, indent=2, sort_keys=True)
   print(text)
   if FLAGS.output_file:
@@ -125,4 +115,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  cli.run(main)

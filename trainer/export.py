@@ -17,20 +17,21 @@ renamed into place: a crash never leaves a half model under the final name.
 
 import json
 import os
-import sys
 import uuid
 
-from absl import app
 from absl import flags
 from absl import logging
 import tensorflow as tf
 
+from trainer import checkpoints
+from trainer import cli
 from trainer import config as config_lib
+from trainer import errors
+from trainer import model as model_lib
 from trainer import preprocessing
+from trainer import run_dir
 
-
-class ExportError(ValueError):
-  """Nothing to export (no checkpoint, no config) or a bad path."""
+ExportError = errors.ExportError
 
 
 class ServingModule(tf.Module):
@@ -58,6 +59,7 @@ class ServingModule(tf.Module):
 
 
 def read_run_config(model_dir):
+  """The Config a training run wrote to model_dir/config.json."""
   path = os.path.join(model_dir, "config.json")
   if not tf.io.gfile.exists(path):
     raise ExportError(f"--model_dir={model_dir} has no config.json; is it "
@@ -67,39 +69,23 @@ def read_run_config(model_dir):
   return config_lib.Config(**saved["config"])
 
 
-def choose_checkpoint(c, checkpoint=""):
-  """`checkpoint`, else the best checkpoint, else the newest one."""
-  if checkpoint:
-    if not tf.io.gfile.exists(checkpoint + ".index"):
-      raise ExportError(f"--checkpoint={checkpoint}: no such checkpoint "
-                        "(give the path without .index)")
-    return checkpoint
-  checkpoints = config_lib.locations(c)["checkpoints"]
-  for folder in (os.path.join(checkpoints, "best"), checkpoints):
-    latest = tf.train.latest_checkpoint(folder)
-    if latest:
-      return latest
-  raise ExportError(f"no checkpoint to export in {checkpoints}")
-
-
-def load_classifier(model_dir, checkpoint=""):
+def load_classifier(model_dir, checkpoint="", io_device=None):
   """Rebuilds the run's classifier on the host and restores a checkpoint.
 
   Returns:
     (config, preprocessor, model, checkpoint path, step).
   """
-  from trainer import model as model_lib  # pylint: disable=g-import-not-at-top
-  from trainer import train_lib  # pylint: disable=g-import-not-at-top
   c = read_run_config(model_dir)
-  path = choose_checkpoint(c, checkpoint)
-  strategy = tf.distribute.get_strategy()
-  preprocessor, encoder = train_lib.load_models(c, strategy)
+  where = run_dir.locations(c)
+  path = checkpoints.for_export(where.checkpoints, where.best, checkpoint)
+  preprocessor, encoder = model_lib.load(c.encoder_handle,
+                                         c.preprocessor_handle,
+                                         tf.distribute.get_strategy(),
+                                         io_device, c.demo_cache_dir)
+  model_lib.check_fit(encoder, preprocessor, c.seq_length,
+                      c.preprocessor_handle)
   model = model_lib.Classifier(encoder, c.num_classes, c.dropout_rate, c.seed)
-  step = tf.Variable(0, dtype=tf.int64)
-  ckpt = tf.train.Checkpoint(
-      model=model,
-      optimizer=tf.train.Checkpoint(iterations=step),
-      encoder_variables=list(encoder.variables))
+  ckpt, step = checkpoints.for_reading(model, encoder)
   ckpt.restore(path).expect_partial().assert_existing_objects_matched()
   return c, preprocessor, model, path, int(step.numpy())
 
@@ -177,16 +163,14 @@ def _remove_quietly(path):
 def export(model_dir, checkpoint="", io_device=None):
   """Exports the chosen checkpoint of `model_dir`; returns the export dir."""
   c, preprocessor, model, path, step = load_classifier(model_dir, checkpoint)
-  module = ServingModule(preprocessor, model, c.seq_length,
-                         c.resolved_label_names())
-  export_dir = os.path.join(config_lib.locations(c)["export"], str(step))
+  module = ServingModule(preprocessor, model, c.seq_length, c.class_names())
+  export_dir = run_dir.locations(c).export_dir(step)
   write_export(module, export_dir, io_device)
   logging.info("Exported %s (step %d) to %s", path, step, export_dir)
   return export_dir
 
 
 def define_flags():
-  # Defined only when run as a program: train_lib imports this module too.
   flags.DEFINE_string("model_dir", None, "The training run's model_dir.")
   flags.DEFINE_string("checkpoint", "", "Checkpoint path ('' = best, else the "
                       "newest).")
@@ -195,14 +179,9 @@ def define_flags():
 
 def main(argv):
   del argv
-  from trainer import errors  # pylint: disable=g-import-not-at-top
-  try:
-    print(export(flags.FLAGS.model_dir, flags.FLAGS.checkpoint))
-  except (ExportError,) + errors.USER_ERRORS as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+  print(export(flags.FLAGS.model_dir, flags.FLAGS.checkpoint))
 
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  cli.run(main)

@@ -21,7 +21,10 @@ import zipfile
 
 import tensorflow as tf
 
-FORMATS = ("auto", "sentiment140", "csv", "tsv")
+from trainer import config
+from trainer import errors
+
+FORMATS = config.FILE_FORMATS
 SENTIMENT140_HEADER = ["target", "ids", "date", "flag", "user", "text"]
 MAX_JOINED_LINES = 50
 # Python's csv module refuses longer fields; 100,000-character tweets fit.
@@ -32,9 +35,7 @@ REASONS = ("ok", "label_not_in_map", "label_not_a_number", "empty_text",
            "malformed_row", "invalid_utf8")
 OK, NOT_A_NUMBER, MALFORMED, INVALID_UTF8 = 0, 2, 4, 5
 
-
-class DataError(ValueError):
-  """A data source is missing, unreadable or of the wrong format."""
+DataError = errors.DataError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,10 +88,10 @@ def _detect_encoding(sample):
   would explain (a latin-1 file fails on nearly every accented character)."""
   # Cut at the last newline so a multi-byte character is never split.
   cut = sample[:sample.rfind(b"\n") + 1] or sample
-  errors = cut.decode("utf-8", errors="replace").count("\ufffd")
-  errors -= cut.count(b"\xef\xbf\xbd")  # U+FFFD present in the file itself
+  invalid = cut.decode("utf-8", errors="replace").count("\ufffd")
+  invalid -= cut.count(b"\xef\xbf\xbd")  # U+FFFD present in the file itself
   lines = cut.count(b"\n")
-  return "utf-8" if errors <= max(8, lines // 1000) else "iso-8859-1"
+  return "utf-8" if invalid <= max(8, lines // 1000) else "iso-8859-1"
 
 
 def _resolve_column(value, header, flag, path):

@@ -9,14 +9,17 @@ stream from the source through a bounded shuffle buffer.
 """
 
 import dataclasses
-import os
 
 from absl import logging
 import tensorflow as tf
 
 from trainer import demo
+from trainer import errors
 from trainer import files
+from trainer import run_dir
 from trainer import sources
+
+_HEAD_ROWS = 2000
 
 _BUCKETS = 10_000
 
@@ -80,8 +83,8 @@ def _tfds_splits(name, data_dir):
   try:
     return set(tfds.builder(name, data_dir=data_dir).info.splits)
   except Exception as e:  # Unknown name, unreadable data_dir, ...
-    raise sources.DataError(
-        f"--tfds_name={name}: {sources.first_line(e)}") from None
+    raise errors.DataError(
+        f"--tfds_name={name}: {errors.first_line(e)}") from None
 
 
 def _tfds(config, label_map, carve):
@@ -113,7 +116,7 @@ def _zip_member(path, split):
   if split == "train" and len(members) == 1:
     return members[0]
   if split == "train":
-    raise sources.DataError(
+    raise errors.DataError(
         f"{path}: cannot tell which member is the training data among "
         f"{members}; extract it and pass the file")
   return None
@@ -129,12 +132,8 @@ def _file_source(config, path, split, label_map=None):
                               config.label_column, config.encoding, member)
   layout = source.layout()
   if label_map is None:
-    if config.label_map:
-      label_map = sources.parse_label_map(config.label_map)
-    elif layout.file_format == "sentiment140":
-      label_map = {0: 0, 4: 1}
-    else:
-      label_map = {i: i for i in range(config.num_classes)}
+    label_map = config.label_map_for(
+        sentiment140=layout.file_format == "sentiment140")
   logging.info("%s: %s; label map %s", source.describe(), layout.describe(),
                label_map)
   return dataclasses.replace(source, label_map=label_map)
@@ -150,7 +149,7 @@ def make_splits(config):
         validation=Split("validation", source, True, fraction, seed))
 
   if config.source_kind == "tfds":
-    return _tfds(config, config.resolved_label_map(), carve)
+    return _tfds(config, config.label_map_for(), carve)
   if config.source_kind == "demo":
     paths = demo.ensure_assets(config.demo_cache_dir or None)
     csv = lambda p: sources.FileSource(p, {0: 0, 1: 1}, "csv")
@@ -212,7 +211,7 @@ def check_bad_fraction(split, counts, max_fraction):
           lambda r: tf.equal(r["reason"], reason_id)).take(3)
   ]
   detail = ", ".join(f"{r}: {n}" for r, n in bad.items() if n)
-  raise sources.DataError(
+  raise errors.DataError(
       f"{split.describe()}: {total_bad} of {counts['rows_read']} rows "
       f"rejected ({detail}), more than --max_bad_fraction={max_fraction}; "
       f"most are {reason}, e.g. lines {', '.join(map(str, lines))}. Check "
@@ -317,5 +316,36 @@ def check_int_features(element_spec):
                       f"{want.name} of static shape")
 
 
-def stats_path(model_dir):
-  return os.path.join(model_dir, "data_stats.json")
+def count_splits(splits, max_bad_fraction, cache_path):
+  """Row counts per split ({name: count()}), checked against
+  `max_bad_fraction` and cached at `cache_path` (a resumed run skips them).
+
+  Every split's first rows are counted before any is read whole, so a wrong
+  layout fails in seconds rather than after millions of rows.
+  """
+  key = repr(sorted((name, repr(s)) for name, s in splits.items()))
+  cached = run_dir.read_json(cache_path)
+  if cached and cached.get("key") == key:
+    return cached["counts"]
+  for split in splits.values():
+    check_bad_fraction(split, count(split, limit=_HEAD_ROWS), max_bad_fraction)
+  counts = {}
+  for name, split in splits.items():
+    counts[name] = count(split)
+    check_bad_fraction(split, counts[name], max_bad_fraction)
+    logging.info("Split %s: %d rows read, %d used, rejected %s", name,
+                 counts[name]["rows_read"], counts[name]["rows_used"],
+                 counts[name]["rejected"] or "none")
+  run_dir.write_json(cache_path, dict(key=key, counts=counts))
+  return counts
+
+
+def flat_counts(counts):
+  """{split: count()} -> summary.json's data.<split>.<what> keys."""
+  flat = {}
+  for split, c in counts.items():
+    flat[f"data.{split}.rows_read"] = c["rows_read"]
+    flat[f"data.{split}.rows_used"] = c["rows_used"]
+    for reason, n in c["rejected"].items():
+      flat[f"data.{split}.rejected.{reason}"] = n
+  return flat

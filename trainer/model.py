@@ -1,61 +1,168 @@
-"""The classifier: a TF Hub BERT encoder plus a dropout + dense head.
+"""The model: handles loaded and checked, the encoder prepared, the head.
 
 The encoder is whatever `hub.load(handle)` returns (URL, gs:// or local
 folder). No Keras wrapper: `hub.KerasLayer` breaks under Keras 3, and the
-train step only needs a callable and its `trainable_variables`.
+train step only needs a callable and its `trainable_variables`. The fit
+checks (vocabulary against the embedding table, --seq_length against the
+position embeddings) are shared by training, export and `trainer.doctor`.
 """
 
+import dataclasses
 import re
 
 import tensorflow as tf
 import tensorflow_hub as hub
 
+from trainer import bert
+from trainer import config as config_lib
+from trainer import demo
+from trainer import errors
+from trainer import preprocessing
 
-class HandleError(ValueError):
-  """A model handle cannot be loaded or does not have the expected API."""
+HandleError = errors.HandleError
 
 
 def load_handle(handle, flag, io_device=None):
-  """`hub.load` with a clear error; `io_device` for TPUs without local disk."""
+  """`hub.load` with a clear error; `io_device` for TPUs (host I/O)."""
   options = None
   if io_device:
     options = tf.saved_model.LoadOptions(experimental_io_device=io_device)
   try:
     return hub.load(handle, options=options)
   except Exception as e:  # Network, format and permission errors alike.
-    lines = str(e).strip().splitlines()
-    reason = lines[0] if lines else type(e).__name__
     raise HandleError(
-        f"cannot load --{flag}={handle}: {reason[:300]}. Check the handle; "
-        "offline, use a local SavedModel folder (see trainer.convert_hf) or "
-        "the embedded 'demo'.") from None
+        f"cannot load --{flag}={handle}: {errors.first_line(e)}. Check the "
+        "handle; offline, use a local SavedModel folder (see "
+        "trainer.convert_hf) or the embedded 'demo'.") from None
 
 
-def max_positions(encoder):
-  """Number of position embeddings of a loaded BERT encoder, or None."""
+def _check_api(encoder, preprocessor, encoder_handle, preprocessor_handle):
+  """Each handle has the interface it is loaded for (swapped handles, or an
+  unrelated SavedModel, would fail deep inside TensorFlow)."""
+  if not (callable(encoder) and hasattr(encoder, "trainable_variables")):
+    raise HandleError(
+        f"--encoder_handle={encoder_handle} is not a TF Hub encoder (it "
+        "has no trainable variables to call and fine-tune)" +
+        ("; it looks like a preprocessor: are the two handles swapped?"
+         if hasattr(encoder, "tokenize") else ""))
+  for name in ("tokenize", "bert_pack_inputs"):
+    if not hasattr(preprocessor, name):
+      raise HandleError(
+          f"--preprocessor_handle={preprocessor_handle} is not a BERT "
+          f"preprocessor (it has no `{name}`)" +
+          ("; it looks like an encoder: are the two handles swapped?"
+           if hasattr(preprocessor, "trainable_variables") else ""))
+
+
+def load(encoder_handle,
+         preprocessor_handle,
+         strategy,
+         io_device=None,
+         demo_cache_dir=""):
+  """Loads the preprocessor (host) and the encoder (under `strategy`).
+
+  'demo' handles are the embedded demo's, built on first use.
+
+  Returns:
+    (preprocessor, encoder).
+  """
+  paths = (encoder_handle, preprocessor_handle)
+  if encoder_handle == config_lib.DEMO:
+    assets = demo.ensure_assets(demo_cache_dir or None)
+    paths = (assets["encoder"], assets["preprocessor"])
+  with tf.device("/cpu:0"):
+    preprocessor = load_handle(paths[1], "preprocessor_handle")
+  with strategy.scope():
+    encoder = load_handle(paths[0], "encoder_handle", io_device=io_device)
+  _check_api(encoder, preprocessor, encoder_handle, preprocessor_handle)
+  return preprocessor, encoder
+
+
+def _variable(encoder, pattern):
   for v in encoder.variables:
-    if re.search(r"position_embedding", v.name) and len(v.shape) == 2:
-      return int(v.shape[0])
-  return None
-
-
-def _word_embeddings(encoder):
-  for v in encoder.variables:
-    if re.search(r"word_embeddings", v.name) and len(v.shape) == 2:
+    if re.search(pattern, v.name) and len(v.shape) == 2:
       return v
   return None
 
 
-def word_embedding_rows(encoder):
-  """Vocabulary size of a loaded BERT encoder's word embeddings, or None."""
-  v = _word_embeddings(encoder)
+def max_positions(encoder):
+  """Number of position embeddings of a loaded BERT encoder, or None."""
+  v = _variable(encoder, r"position_embedding")
   return None if v is None else int(v.shape[0])
 
 
+def word_embedding_rows(encoder):
+  """Vocabulary size of a loaded BERT encoder's word embeddings, or None."""
+  v = _variable(encoder, r"word_embeddings")
+  return None if v is None else int(v.shape[0])
+
+
+@dataclasses.dataclass(frozen=True)
+class FitCheck:
+  """One way the handles must fit each other and the flags."""
+
+  name: str
+  ok: bool
+  detail: str
+  error: str  # the one-line error when not ok: the flag and the fix
+
+
+def fit_checks(encoder, preprocessor, seq_length, preprocessor_handle):
+  """The vocabulary fits the embedding table; --seq_length the positions."""
+  vocab = preprocessing.vocab_size(preprocessor)
+  rows = word_embedding_rows(encoder)
+  positions = max_positions(encoder)
+  return [
+      FitCheck(
+          "vocabulary", None in (rows, vocab) or vocab <= rows,
+          f"preprocessor vocabulary {vocab}, encoder embedding table {rows}",
+          f"--preprocessor_handle={preprocessor_handle} is invalid: its "
+          f"vocabulary has {vocab} tokens but the encoder's embedding table "
+          f"has {rows} rows; use the preprocessor that matches the encoder"),
+      FitCheck(
+          "seq_length", positions is None or seq_length <= positions,
+          f"--seq_length={seq_length}, encoder positions {positions}",
+          f"--seq_length={seq_length} is invalid: the encoder has "
+          f"{positions} position embeddings; use at most {positions}"),
+  ]
+
+
+def check_fit(encoder, preprocessor, seq_length, preprocessor_handle):
+  """Raises ConfigError naming the first way the handles do not fit."""
+  for check in fit_checks(encoder, preprocessor, seq_length,
+                          preprocessor_handle):
+    if not check.ok:
+      raise errors.ConfigError(check.error)
+
+
+def is_own_encoder(encoder):
+  """Saved by this project: it carries its config and can be rebuilt."""
+  return bert.saved_config(encoder) is not None
+
+
+def prepare_encoder(encoder, route, strategy):
+  """The encoder the run trains, per its `precision.Route`.
+
+  Rebuilt in Python (`bert.NativeEncoder`) where the SavedModel's fixed
+  float32 graphs cannot serve (XLA, bfloat16); oneDNN's bfloat16 rewrite
+  switched on for a foreign encoder on a CPU that runs it.
+  """
+  if route.rebuild:
+    with strategy.scope():
+      encoder = bert.NativeEncoder(
+          encoder,
+          "bfloat16" if route.precision == "bfloat16" else "float32",
+          hashed_dropout=route.hashed_dropout)
+  if route.onednn_rewrite:
+    tf.config.optimizer.set_experimental_options(
+        {"auto_mixed_precision_onednn_bfloat16": True})
+  return encoder
+
+
 def _hidden_size(encoder):
-  for v in encoder.variables:
-    if re.search(r"pooler", v.name) and len(v.shape) == 2:
-      return int(v.shape[1])
+  v = _variable(encoder, r"pooler")
+  if v is not None:
+    return int(v.shape[1])
   # Not a BERT variable layout we know: ask the encoder itself.
   return int(
       encoder(_dummy_inputs(), training=False)["pooled_output"].shape[-1])

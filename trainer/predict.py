@@ -15,14 +15,15 @@ import itertools
 import json
 import sys
 
-from absl import app
 from absl import flags
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the preprocessor's ops)
 
+from trainer import cli
+from trainer import errors
 
-class PredictError(ValueError):
-  """Bad input flags or files."""
+# Bad input flags or files: one line, exit code 2 (trainer.cli).
+PredictError = errors.ConfigError
 
 
 def read_texts(input_file, text_column="text"):
@@ -108,17 +109,13 @@ def define_flags():
 def main(argv):
   del argv
   f = flags.FLAGS
-  try:
-    if bool(f.text) == bool(f.input_file):
-      raise PredictError("give --text (one or more) or --input_file")
-    serve = load_serving(f.export_dir)
-    texts = f.text or read_texts(f.input_file, f.text_column)
-    write(predict(serve, texts, f.batch_size), f.output_file)
-  except PredictError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+  if bool(f.text) == bool(f.input_file):
+    raise PredictError("give --text (one or more) or --input_file")
+  serve = load_serving(f.export_dir)
+  texts = f.text or read_texts(f.input_file, f.text_column)
+  write(predict(serve, texts, f.batch_size), f.output_file)
 
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  cli.run(main)

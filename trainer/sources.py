@@ -19,6 +19,7 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
+from trainer import errors
 from trainer import files
 
 REASONS = files.REASONS
@@ -32,18 +33,7 @@ RECORD_SPEC = {
     "reason": tf.TensorSpec([], tf.int32),
 }
 
-DataError = files.DataError
-
-
-def parse_label_map(spec):
-  """'0:0,4:1' -> {0: 0, 4: 1}; raises ValueError on a malformed spec."""
-  mapping = {}
-  for item in spec.split(","):
-    raw, sep, cls = item.strip().partition(":")
-    if not sep:
-      raise ValueError(f"label map entry {item!r} is not of the form raw:class")
-    mapping[int(raw)] = int(cls)
-  return mapping
+DataError = errors.DataError
 
 
 def _label_table(label_map):
@@ -105,7 +95,8 @@ class TfdsSource:
     except Exception as e:  # TFDS raises many types; all mean "not readable".
       raise DataError(
           f"cannot load TFDS dataset --tfds_name={self.name} split "
-          f"{self.split!r} (data_dir={self.data_dir}): {first_line(e)}. "
+          f"{self.split!r} (data_dir={self.data_dir}): "
+          f"{errors.first_line(e)}. "
           "Prepare it with `tfds build` where there is network, then point "
           "--data_dir at it (gs:// works).") from None
     text_key, label_key = self.text_key, self.label_key
@@ -119,11 +110,6 @@ class TfdsSource:
         lambda i, ex: (i, i + 1, ex[text_key], tf.cast(ex[label_key], tf.int64),
                        tf.zeros_like(i, tf.int32)))
     return _finish(ds, self.label_map)
-
-
-def first_line(exc):
-  msg = str(exc).strip().splitlines()
-  return msg[0] if msg else type(exc).__name__
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,7 +139,8 @@ class FileSource:
                                  self.text_column, self.label_column,
                                  self.encoding)
     except OSError as e:
-      raise DataError(f"cannot read {self.path}: {first_line(e)}") from None
+      raise DataError(
+          f"cannot read {self.path}: {errors.first_line(e)}") from None
 
   def _stripe_starts(self, layout, stripes):
     key = (self.path, self.member, layout, stripes)

@@ -1,8 +1,11 @@
-"""Replica step factories: the math of one train or eval step, no I/O.
+"""Replica step factories and the loops that run them: no I/O.
 
-The functions returned here run inside `strategy.run` on one replica and see
-only int32 tensors of static shape (the batch features and labels), never a
-string or a lookup table: that is what lets TPUs and XLA compile them.
+The step functions run inside `strategy.run` on one replica and see only
+int32 tensors of static shape (the batch features and labels), never a
+string or a lookup table: that is what lets TPUs and XLA compile them. The
+loop functions (Orbit's `loop_fns` style) run `num_steps` steps in one
+`tf.function`, `tf.range` around `strategy.run`, `num_steps` a tensor so
+the loop never retraces; host work happens between their calls.
 """
 
 import tensorflow as tf
@@ -105,3 +108,57 @@ def make_predict_step(model):
         model(encoder_inputs(features), training=False), axis=-1)
 
   return step
+
+
+def make_train_loop(strategy, step):
+  """Returns train_loop(iterator, num_steps) -> (mean loss, mean grad norm).
+
+  `iterator` yields distributed batches; `num_steps` is an int32 scalar
+  tensor. The loss and gradient norm are averaged over the loop's steps.
+  """
+
+  @tf.function
+  def train_loop(iterator, num_steps):
+    loss_sum = tf.constant(0.0)
+    norm_sum = tf.constant(0.0)
+    for _ in tf.range(num_steps):
+      out = strategy.run(step, args=(next(iterator),))
+      loss_sum += strategy.reduce(
+          tf.distribute.ReduceOp.SUM, out["loss"], axis=None)
+      norm_sum += strategy.reduce(
+          tf.distribute.ReduceOp.MEAN, out["grad_norm"], axis=None)
+    n = tf.cast(num_steps, tf.float32)
+    return loss_sum / n, norm_sum / n
+
+  return train_loop
+
+
+def make_eval_loop(strategy, step):
+  """Returns eval_loop(dataset) -> float32 sums of loss, correct, weight
+  over a distributed eval dataset (every example once)."""
+  keys = ("loss_sum", "correct_sum", "weight_sum")
+
+  @tf.function
+  def eval_loop(dataset):
+    # A stacked accumulator: autograph leaks tensors of a dict mutated in a
+    # `for batch in dataset` loop.
+    totals = tf.zeros([len(keys)])
+    for batch in dataset:
+      out = strategy.run(step, args=(batch,))
+      totals += tf.stack([
+          strategy.reduce(tf.distribute.ReduceOp.SUM, out[k], axis=None)
+          for k in keys
+      ])
+    return dict(zip(keys, tf.unstack(totals)))
+
+  return eval_loop
+
+
+def evaluate(eval_loop, dataset):
+  """Mean loss, accuracy and the example count of one eval pass."""
+  totals = {k: float(v) for k, v in eval_loop(dataset).items()}
+  n = max(totals["weight_sum"], 1.0)
+  return dict(
+      loss=totals["loss_sum"] / n,
+      accuracy=totals["correct_sum"] / n,
+      examples=int(round(totals["weight_sum"])))

@@ -1,0 +1,136 @@
+"""How a run computes: precision and XLA, decided once from the facts.
+
+`choose()` is a pure function of the flags (`--precision`, `--jit_compile`),
+the device kind, whether the encoder was saved by this project (it carries
+its config and can be rebuilt in Python, `bert.NativeEncoder`) and the CPU's
+features. It returns the `Route` the run takes and the log line saying why,
+or raises `ConfigError` where no route does what was asked:
+
+- XLA on CPU/GPU: XLA cannot compile the gradient of a function loaded from
+  a SavedModel without treating the batch as compile-time constants, i.e.
+  recompiling at every step; this project's encoders are rebuilt and compile
+  once, with hashed dropout masks (a Philox draw per element is slower than
+  the matmuls in XLA on CPU). Foreign encoders get no XLA off the TPU.
+- bfloat16: this project's encoders are rebuilt with bfloat16 matmuls
+  (float32 variables, softmax, layer norms, loss and logits) on any device.
+  A foreign SavedModel is an opaque float32 graph: the TPU's matrix units
+  multiply it in bfloat16 passes already; on CPU grappler's oneDNN
+  auto-mixed-precision pass rewrites it, where TensorFlow runs the pass.
+"""
+
+import dataclasses
+
+from trainer import errors
+from trainer import host
+
+
+@dataclasses.dataclass(frozen=True)
+class Route:
+  """What the run does: `rebuild` the encoder as `bert.NativeEncoder` (with
+  `hashed_dropout` under XLA), XLA for the replica step, oneDNN's rewrite."""
+
+  precision: str
+  jit_compile: bool
+  rebuild: bool
+  hashed_dropout: bool
+  onednn_rewrite: bool
+  note: str
+
+
+def resolve_jit(jit_compile, device, own_encoder):
+  """--jit_compile for the replica step on CPU/GPU (TPUs always compile).
+
+  Unset means on for GPU, off for CPU, and off for SavedModels not saved by
+  this project, whose loaded-function gradients XLA recompiles every step.
+  """
+  if device == "tpu":
+    return False
+  if jit_compile is not None:
+    return jit_compile
+  return device == "gpu" and own_encoder
+
+
+def _check_jit(jit, device, own_encoder, encoder_handle, xla_cpu_problem):
+  if jit and not own_encoder:  # only an explicit --jit_compile=true
+    raise errors.ConfigError(
+        f"--jit_compile=true cannot train --encoder_handle={encoder_handle}"
+        ": XLA recompiles the gradient of a loaded SavedModel at every step "
+        "(the batch becomes a compile-time constant), which is many times "
+        "slower than no XLA. Only encoders saved by this project (the demo, "
+        "trainer.convert_hf output) are rebuilt for XLA; use "
+        "--jit_compile=false")
+  if jit and device == "cpu":
+    problem = xla_cpu_problem()
+    if problem:
+      raise errors.ConfigError(
+          "--jit_compile=true cannot run here: this TensorFlow build has no "
+          f"XLA backend for the CPU ({problem}); the tensorflow-tpu build "
+          "compiles XLA for TPUs only. Use --jit_compile=false off the TPU")
+
+
+def _foreign_bfloat16(device, cpu_flags, encoder_handle):
+  """(onednn_rewrite, note) for bfloat16 on a SavedModel not of ours."""
+  if device == "tpu":
+    return False, ("precision: bfloat16 (the TPU's default matmul passes; "
+                   "variables float32)")
+  where = ("on GPU" if device == "gpu" else
+           None if host.onednn_rewrites_bfloat16(cpu_flags) else
+           "on this CPU (no AVX512F: TensorFlow skips its oneDNN bfloat16 "
+           "rewrite)")
+  if where:
+    raise errors.ConfigError(
+        f"--precision=bfloat16 cannot apply to --encoder_handle="
+        f"{encoder_handle} {where}: it is not an encoder saved by this "
+        "project (trainer.convert_hf makes one from a Hugging Face "
+        "checkpoint), so only oneDNN's CPU graph rewrite could change it; "
+        "use --precision=float32")
+  return True, ("precision: bfloat16 via oneDNN auto-mixed-precision "
+                "(float32 variables, loss and logits)")
+
+
+def choose(precision,
+           jit_compile,
+           device,
+           own_encoder,
+           cpu_flags=frozenset(),
+           encoder_handle="",
+           xla_cpu_problem=lambda: None):
+  """The Route for these facts.
+
+  Args:
+    precision: --precision, "float32" or "bfloat16".
+    jit_compile: --jit_compile, True, False or None (unset).
+    device: "tpu", "gpu" or "cpu".
+    own_encoder: the encoder was saved by this project (`bert.saved_config`).
+    cpu_flags: the CPU's feature flags (`host.cpu_flags()`).
+    encoder_handle: for the messages.
+    xla_cpu_problem: called (once) when XLA would compile for the CPU; why
+      it cannot (`host.xla_cpu_problem`), or None.
+
+  Raises:
+    ConfigError: XLA or bfloat16 asked for where no route provides it.
+  """
+  jit = resolve_jit(jit_compile, device, own_encoder)
+  _check_jit(jit, device, own_encoder, encoder_handle, xla_cpu_problem)
+  bfloat16 = precision == "bfloat16"
+  xla = ("; XLA: the encoder rebuilt from its saved config, hashed dropout "
+         "masks" if jit else "")
+  route = dict(
+      precision=precision,
+      jit_compile=jit,
+      rebuild=own_encoder and (jit or bfloat16),
+      hashed_dropout=jit,
+      onednn_rewrite=False)
+  if not bfloat16:
+    return Route(note="precision: float32" + xla, **route)
+  speed = ("" if device != "cpu" or host.has_native_bfloat16(cpu_flags) else
+           "; this CPU has no AVX512_BF16/AMX: bfloat16 arithmetic is "
+           "emulated, expect it slower than float32")
+  if own_encoder:
+    return Route(
+        note="precision: bfloat16 matmuls in the encoder (float32 "
+        "variables, softmax, layer norms, loss and logits)" + speed + xla,
+        **route)
+  route["onednn_rewrite"], note = _foreign_bfloat16(device, cpu_flags,
+                                                    encoder_handle)
+  return Route(note=note + (speed if route["onednn_rewrite"] else ""), **route)

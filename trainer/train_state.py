@@ -1,0 +1,99 @@
+"""One run's training state: the replicated model, AdamW, the data position,
+their checkpoint and its manager.
+
+Everything a step depends on is either checkpointed here (weights, AdamW
+slots and step, `data_skip`, the encoder's dropout generator among its
+variables) or a pure function of (seed, step), so a run resumed from a
+checkpoint continues exactly as an uninterrupted one.
+"""
+
+import tensorflow as tf
+
+from trainer import checkpoints
+from trainer import model as model_lib
+from trainer import optimization
+
+
+class TrainState:
+  """The model, optimizer and data position of a run, and their checkpoint.
+
+  Build it under nothing: it enters `strategy.scope()` itself.
+  """
+
+  def __init__(self,
+               strategy,
+               encoder,
+               *,
+               num_classes,
+               dropout_rate,
+               seed,
+               schedule,
+               weight_decay,
+               clip_norm,
+               directory,
+               keep,
+               io_device=None):
+    """Creates the state.
+
+    Args:
+      strategy: the run's tf.distribute strategy.
+      encoder: the prepared encoder (`model.prepare_encoder`).
+      num_classes, dropout_rate, seed: the classifier head.
+      schedule: the learning-rate schedule (`optimization.WarmupLinearDecay`).
+      weight_decay, clip_norm: AdamW's.
+      directory: where this process writes its rolling checkpoints.
+      keep: rolling checkpoints kept.
+      io_device: where the checkpoint files are read and written (a TPU's
+        host; `distribute.io_device`).
+    """
+    with strategy.scope():
+      self.model = model_lib.Classifier(
+          encoder, num_classes, dropout_rate=dropout_rate, seed=seed)
+      self.optimizer = optimization.AdamW(
+          self.model.trainable_variables,
+          schedule,
+          weight_decay=weight_decay,
+          clip_norm=clip_norm)
+      # Batches skipped after non-finite losses: the data position is
+      # step + data_skip, saved with the weights.
+      self.data_skip = tf.Variable(
+          0,
+          dtype=tf.int64,
+          trainable=False,
+          name="data_skip",
+          aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+    self.checkpoint = checkpoints.layout(self.model, encoder, self.optimizer,
+                                         self.data_skip)
+    self.options = tf.train.CheckpointOptions(experimental_io_device=io_device)
+    self.manager = tf.train.CheckpointManager(
+        self.checkpoint,
+        directory,
+        max_to_keep=keep,
+        step_counter=self.optimizer.iterations)
+
+  @property
+  def step(self):
+    return int(self.optimizer.iterations.numpy())
+
+  @property
+  def data_position(self):
+    """Batches consumed from the training stream (steps + skipped)."""
+    return self.step + int(self.data_skip.numpy())
+
+  def save(self, step):
+    return self.manager.save(checkpoint_number=step, options=self.options)
+
+  def save_unless_saved(self):
+    """Saves at the current step unless the newest checkpoint is for it."""
+    latest = self.manager.latest_checkpoint
+    if latest is None or not latest.endswith(f"-{self.step}"):
+      self.save(self.step)
+
+  def restore(self, path):
+    """Restores the checkpoint at prefix `path`."""
+    self.checkpoint.restore(
+        path, options=self.options).assert_existing_objects_matched()
+
+  def skip_to(self, position):
+    """Makes the data position `position` at the current step."""
+    self.data_skip.assign(position - self.step)
