@@ -19,9 +19,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from trainer import cli  # noqa: E402
 from trainer import input_pipeline  # noqa: E402
-from trainer import main as trainer_main  # noqa: E402  (the data flags)
 
+cli.define_config_flags()  # the trainer's flags: the same data, the same split
 flags.DEFINE_float(
     "c", 4.0, "Inverse regularization strength of the "
     "logistic regression.")
@@ -44,7 +45,7 @@ def main(argv):
   from sklearn import feature_extraction  # pylint: disable=g-import-not-at-top
   from sklearn import linear_model  # pylint: disable=g-import-not-at-top
   tfidf = feature_extraction.text.TfidfVectorizer
-  c = trainer_main.config_from_flags()
+  c = cli.config_from_flags()
   splits = input_pipeline.make_splits(c)
   train_texts, train_labels = texts_and_labels(splits["train"])
   eval_texts, eval_labels = texts_and_labels(splits["validation"])

