@@ -15,15 +15,18 @@ the companions of the TensorFlow it finds:
 
     python trainer/stack.py companions   # pip requirements, one per line
     python trainer/stack.py companions --with-deps
+    python trainer/stack.py pins         # what TensorFlow needs, pinned
     python trainer/stack.py check        # problems, exit code 2 if any
 """
 
 import importlib.metadata
+import re
 import sys
 
 # Distributions that provide the `tensorflow` package.
 TF_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-tpu",
-                    "tf-nightly")
+                    "tensorflow-rocm", "tensorflow-macos", "intel-tensorflow",
+                    "tensorflow-cpu-aws", "tf-nightly")
 
 # The tested sets, by TensorFlow minor version (BUILD_NOTES.md, "Versions"):
 # CI runs 2.21 and the 2.20 TPU VM stack; 2.17-2.19 (Vertex AI's prebuilt
@@ -194,10 +197,52 @@ def companions(found=None, with_deps=False):
   ]
 
 
+# TensorFlow's requirements that an install may change: tensorflow-hub
+# needs setuptools < 81 (it imports pkg_resources).
+_UNPINNED = ("setuptools",)
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*")
+_VERSION = re.compile(r"^\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?"
+                      r"(\+[A-Za-z0-9.]+)?$")
+
+
+def _canonical(name):
+  return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pins(found=None):
+  """`name==version` of the installed packages TensorFlow itself requires
+  (protobuf, numpy, grpcio, keras, ...): the constraints under which an
+  install adds packages around a platform's TensorFlow without changing
+  the ones it depends on. Raises ValueError as `companions` does."""
+  found = installed() if found is None else found
+  wrong = _tensorflow_problem(found)
+  if wrong:
+    raise ValueError(wrong)
+  dist = tensorflow_distributions(found)[0]
+  skip = {_canonical(n) for n in _UNPINNED + tuple(COMPANIONS["2.21"])}
+  out = set()
+  for requirement in importlib.metadata.requires(dist) or []:
+    name = _NAME.match(requirement)
+    if not name or "extra ==" in requirement or _canonical(
+        name.group()) in skip:
+      continue
+    version = _version(name.group())
+    if version and _VERSION.match(version):
+      out.add(f"{_canonical(name.group())}=={version}")
+  return sorted(out)
+
+
 def _main(argv):
   if argv[1:2] == ["companions"] and argv[2:] in ([], ["--with-deps"]):
     try:
       print("\n".join(companions(with_deps=bool(argv[2:]))))
+    except ValueError as e:
+      print(f"error: {e}", file=sys.stderr)
+      return 2
+    return 0
+  if argv[1:] == ["pins"]:
+    try:
+      print("\n".join(pins()))
     except ValueError as e:
       print(f"error: {e}", file=sys.stderr)
       return 2
@@ -210,7 +255,9 @@ def _main(argv):
     for line in wrong:
       print(f"error: {line}", file=sys.stderr)
     return 2 if wrong else 0
-  print(f"usage: {argv[0]} companions [--with-deps] | check", file=sys.stderr)
+  print(
+      f"usage: {argv[0]} companions [--with-deps] | pins | check",
+      file=sys.stderr)
   return 2
 
 
