@@ -87,13 +87,11 @@ def text_file(workdir, rows=20_000):
 
 def read_texts(csv_path, limit):
   """(texts, labels 0/1) of the first `limit` usable rows of a file."""
+  from trainer import config  # pylint: disable=g-import-not-at-top
   from trainer import input_pipeline  # pylint: disable=g-import-not-at-top
   from trainer import sources  # pylint: disable=g-import-not-at-top
-  split = input_pipeline.Split("train",
-                               sources.FileSource(csv_path, {
-                                   0: 0,
-                                   4: 1
-                               }))
+  split = input_pipeline.Split(
+      "train", sources.FileSource(csv_path, config.SENTIMENT140_LABEL_MAP))
   texts, labels = [], []
   for text, label in input_pipeline.usable_rows(split).take(limit):
     texts.append(text.numpy().decode("utf-8"))
@@ -125,7 +123,6 @@ class TrainerContender(_Contender):
         encoder_handle=paths["encoder"],
         preprocessor_handle=paths["preprocessor"],
         train_file=args.csv,
-        label_map="0:0,4:1",
         validation_fraction=0.01,
         seq_length=args.seq_length,
         batch_size=args.batch_size,

@@ -68,6 +68,7 @@ def pinned_rates(csv_path, preprocessor_handle, seq_length, batch_size,
 def measure(csv_path, preprocessor_handle, seq_length, batch_size, batches):
   sys.path.insert(0, ROOT)
   # Imported here so the parent process (which only spawns) stays light.
+  from trainer import config  # pylint: disable=g-import-not-at-top
   from trainer import demo  # pylint: disable=g-import-not-at-top
   from trainer import input_pipeline  # pylint: disable=g-import-not-at-top
   from trainer import model  # pylint: disable=g-import-not-at-top
@@ -77,11 +78,8 @@ def measure(csv_path, preprocessor_handle, seq_length, batch_size, batches):
     preprocessor_handle = demo.ensure_assets()["preprocessor"]
   preprocessor = model.load_handle(preprocessor_handle, "preprocessor_handle")
   packer = preprocessing.make_packer(preprocessor, seq_length)
-  split = input_pipeline.Split("train",
-                               sources.FileSource(csv_path, {
-                                   0: 0,
-                                   4: 1
-                               }))
+  split = input_pipeline.Split(
+      "train", sources.FileSource(csv_path, config.SENTIMENT140_LABEL_MAP))
   ds = input_pipeline.train_dataset(
       split,
       packer,

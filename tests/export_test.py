@@ -198,6 +198,52 @@ def test_evaluate_end_to_end_agrees_with_training_eval(run, tmp_path):
   assert 0.0 <= m["roc_auc"] <= 1.0 and "macro_f1" in m
 
 
+@pytest.mark.slow
+def test_evaluate_a_run_by_its_model_dir(run, tmp_path):
+  """The README's `evaluate --model_dir=RUN --split=validation`: the run's
+  best checkpoint and its own data flags."""
+  result = run_module("trainer.evaluate", f"--model_dir={run['model_dir']}",
+                      "--split=validation")
+  assert result.returncode == 0, result.stderr[-2000:]
+  m = json.loads(result.stdout)
+  assert m["examples"] == 1000
+  assert m["accuracy"] == pytest.approx(
+      run["summary"]["eval_accuracy"], abs=1e-6)
+
+
+@pytest.mark.slow
+def test_predict_and_evaluate_refuse_what_would_mislead(run, tmp_path):
+  """Each a clear line and exit 2, before any work."""
+  bad_inputs = tmp_path / "bad.csv"
+  bad_inputs.write_text("text,label\nnothing,7\nhere,9\n")
+  cases = [
+      ("trainer.predict",
+       [f"--export_dir={run['export_dir']}", "--text=hi",
+        "--batch_size=0"], "error: --batch_size=0 is invalid: must be >= 1"),
+      ("trainer.predict", [f"--export_dir={tmp_path}", "--text=hi"],
+       f"error: --export_dir={tmp_path} holds no saved_model.pb"),
+      ("trainer.predict", [
+          f"--export_dir={run['export_dir']}", "--text=hi",
+          f"--output_file={tmp_path}/no/such/out.jsonl"
+      ], "error: --output_file="),
+      ("trainer.evaluate", [
+          f"--export_dir={run['export_dir']}",
+          f"--model_dir={run['model_dir']}", "--num_classes=3",
+          "--label_names=a,b,c", "--split=validation"
+      ], "error: --num_classes=3 does not match the export"),
+      ("trainer.evaluate", [
+          f"--export_dir={run['export_dir']}", f"--train_file={bad_inputs}",
+          "--split=train"
+      ], "no usable row to score"),
+  ]
+  for module, args, message in cases:
+    result = run_module(module, *args)
+    assert result.returncode == 2, (args, result.stderr[-2000:])
+    errors = [s for s in result.stderr.splitlines() if s.startswith("error")]
+    assert len(errors) == 1 and message in errors[0], (args, errors)
+    assert "Traceback" not in result.stderr
+
+
 def test_metrics_against_a_hand_computation():
   labels = [0, 0, 0, 1, 1, 1, 1, 1]
   p1 = [0.1, 0.6, 0.3, 0.8, 0.4, 0.9, 0.7, 0.2]

@@ -44,10 +44,12 @@ def _config(tmp_path, demo_paths, **kwargs):
 def trained(tmp_path_factory, demo_paths):
   """A run set up, trained and finished in this process (8 steps)."""
   tmp_path = tmp_path_factory.mktemp("train_lib")
-  run = train_lib.setup(_config(tmp_path, demo_paths))
-  setup_view = dict(step=run.state.step, plan=run.plan.durations())
-  result = train_lib.train(run)
-  summary = train_lib.finish(run, result)
+  with actions.StopSignals() as signals:
+    run = train_lib.setup(_config(tmp_path, demo_paths))
+    setup_view = dict(step=run.state.step, plan=run.plan.durations())
+    result = train_lib.train(run, signals)
+    summary = train_lib.finish(run, result, signals)
+    run.close()
   return tmp_path, run, setup_view, result, summary
 
 
@@ -90,6 +92,7 @@ def test_a_second_setup_resumes_where_the_first_stopped(trained, demo_paths):
   tmp_path, run, _, _, _ = trained
   again = train_lib.setup(
       dataclasses.replace(run.config, train_steps=12, checkpoint_every=0))
+  again.close()
   assert again.start_step == 8 and again.state.data_position == 8
   for mine, theirs in zip(again.state.model.trainable_variables,
                           run.state.model.trainable_variables):

@@ -56,6 +56,11 @@ def for_reading(model, encoder):
   return layout(model, encoder, tf.train.Checkpoint(iterations=step)), step
 
 
+def exist(directory):
+  """Whether `directory` holds any checkpoint file (intact or not)."""
+  return bool(tf.io.gfile.glob(os.path.join(directory, "ckpt-*")))
+
+
 def resume_point(directory, chief=True):
   """The checkpoint a run resumes from, or None to start from the handle.
 

@@ -5,8 +5,10 @@ field's default, help and choices (`trainer.config`); `config_from_flags()`
 turns the parsed flags into a completed Config (the flags given are the
 user's; see `config.complete`). `run(main)` is each command's entry and its
 error boundary: it checks the TensorFlow stack before anything imports
-TensorFlow, and turns a `UserError` into one line on stderr and its exit
-code. Nothing here imports TensorFlow, so `--help` stays fast.
+TensorFlow, and turns a `UserError` (or a failure of the user's storage,
+network or cluster that TensorFlow or Python raised: `errors.translate`)
+into one line on stderr and its exit code. Nothing here imports
+TensorFlow, so `--help` stays fast.
 """
 
 import os
@@ -84,13 +86,28 @@ def guarded(main, check_stack=True):
       sys.exit(report(errors.UserError(problem)))
     try:
       return main(argv)
-    except errors.UserError as e:
-      sys.exit(report(e))
+    except Exception as e:  # pylint: disable=broad-except
+      user_error = errors.translate(e)
+      if user_error is None:
+        raise  # a bug of ours: the traceback is wanted
+      code = report(user_error)
+      if getattr(user_error, "abandoned_thread", False):
+        os._exit(code)  # a thread blocked in TensorFlow would hang the exit
+      sys.exit(code)
 
   return wrapped
+
+
+def parse_flags(argv):
+  """absl's flag parsing, with a bad flag as one line and exit code 2 (absl
+  prints a few lines and exits with 1)."""
+  try:
+    return FLAGS(argv)
+  except flags.Error as e:
+    sys.exit(report(errors.ConfigError(f"{e}; --helpfull lists the flags")))
 
 
 def run(main, check_stack=True):
   """Runs a command's `main(argv)` with absl, behind the boundary
   (`check_stack=False`: the command reports the stack itself)."""
-  app.run(guarded(main, check_stack))
+  app.run(guarded(main, check_stack), flags_parser=parse_flags)

@@ -46,11 +46,19 @@ DEMO_DEFAULTS = dict(
     checkpoint_every=125)
 
 
-def _flag(default, help, choices=None, check=None):  # noqa: A002
+def _flag(default, help, choices=None, check=None, resume=False):  # noqa: A002
   """A Config field that is also a flag: `help` and `choices` for absl;
-  `check` = (predicate, what is valid) for `validate()`."""
+  `check` = (predicate, what is valid) for `validate()`; `resume`: a run
+  resumed from its checkpoints may change it (`run_dir.check_resume`)."""
   return dataclasses.field(
-      default=default, metadata=dict(help=help, choices=choices, check=check))
+      default=default,
+      metadata=dict(help=help, choices=choices, check=check, resume=resume))
+
+
+def _tunable(*args, **kwargs):
+  """A `_flag` that a resumed run may change (each change is logged): it
+  alters neither what the checkpoint nor what the data position means."""
+  return _flag(*args, **kwargs, resume=True)
 
 
 def _finite(rule):
@@ -71,12 +79,16 @@ class Config:
       "summary.json (local, gs:// or ram://). A run on a folder with a "
       "checkpoint resumes from it.", None, (bool, "give a folder (local or "
                                             "gs://)"))
-  tpu: str = _flag(
+  tpu: str = _tunable(
       "", "'' for no TPU, 'local' on a Cloud TPU VM, or a TPU name / grpc:// "
       "address.")
-  strategy: str = _flag(
+  strategy: str = _tunable(
       "auto", "auto: TPU if --tpu, MirroredStrategy over all GPUs, else "
       "the default strategy on the CPU.", STRATEGIES)
+  cluster_timeout: int = _tunable(
+      600, "--strategy=multi_worker_mirrored: seconds to wait for every task "
+      "of TF_CONFIG to start before stopping with an error naming the "
+      "missing ones.", None, _POSITIVE)
   encoder_handle: str = _flag(
       DEMO, "TF Hub BERT encoder: URL, gs:// path, local SavedModel folder, "
       "or 'demo' (built offline).")
@@ -85,7 +97,7 @@ class Config:
   tfds_name: str = _flag(
       "", "TFDS dataset, e.g. sentiment140. With neither this nor "
       "--train_file, the built-in demo text set is used.")
-  data_dir: str = _flag("", "TFDS data_dir (gs:// works).")
+  data_dir: str = _tunable("", "TFDS data_dir (gs:// works).")
   text_key: str = _flag("", "TFDS text feature ('' = text).")
   label_key: str = _flag(
       "", "TFDS label feature ('' = polarity for sentiment140, else label).")
@@ -115,7 +127,7 @@ class Config:
   label_names: str = _flag(
       "", "Comma-separated class names, saved with the model ('' = "
       "negative,positive for 2 classes).")
-  max_bad_fraction: float = _flag(
+  max_bad_fraction: float = _tunable(
       0.01, "Stop when more than this share of a split's rows is malformed "
       "(labels outside --label_map do not count).", None, _UNIT)
   read_stripes: int = _flag(
@@ -132,79 +144,80 @@ class Config:
   batch_size: int = _flag(
       32, "Global batch size (divisible by the replica count).", None,
       (lambda v: v >= 1, "must be a positive global batch size"))
-  eval_batch_size: int = _flag(
+  eval_batch_size: int = _tunable(
       0, "Global eval batch size (0 = --batch_size).", None,
       (lambda v: v >= 0, "must be >= 0 (0 = --batch_size)"))
-  train_steps: int = _flag(
+  train_steps: int = _tunable(
       0, "Total steps (0 = derive from --epochs).", None,
       (lambda v: v >= 0, "must be >= 0 (0 = derive from --epochs)"))
-  epochs: float = _flag(1.0, "Epochs when --train_steps=0.")
-  learning_rate: float = _flag(5e-5, "Peak learning rate.", None,
-                               (_finite(lambda v: v > 0), "must be > 0"))
-  warmup_fraction: float = _flag(
+  epochs: float = _tunable(1.0, "Epochs when --train_steps=0.")
+  learning_rate: float = _tunable(5e-5, "Peak learning rate.", None,
+                                  (_finite(lambda v: v > 0), "must be > 0"))
+  warmup_fraction: float = _tunable(
       0.1, "Share of total steps spent in linear warmup.", None, _UNIT)
-  weight_decay: float = _flag(
+  weight_decay: float = _tunable(
       0.01, "AdamW decoupled weight decay (not on LayerNorm/bias).", None,
       (_finite(lambda v: v >= 0), "must be >= 0"))
-  clip_norm: float = _flag(
+  clip_norm: float = _tunable(
       1.0, "Global-norm gradient clipping (0 = off).", None,
       (_finite(lambda v: v >= 0), "must be >= 0 (0 disables clipping)"))
-  dropout_rate: float = _flag(
+  dropout_rate: float = _tunable(
       0.1, "Classifier head dropout.", None,
       (_finite(lambda v: 0.0 <= v < 1.0), "must be in [0, 1)"))
-  steps_per_loop: int = _flag(
+  steps_per_loop: int = _tunable(
       100, "Steps per tf.function call (host work in between).", None,
       _POSITIVE)
-  eval_every: int = _flag(0, "Evaluate every N steps (0 = only at the end).",
-                          None, _COUNT)
-  checkpoint_every: int = _flag(
+  eval_every: int = _tunable(0, "Evaluate every N steps (0 = only at the end).",
+                             None, _COUNT)
+  checkpoint_every: int = _tunable(
       1000, "Checkpoint every N steps (0 = only at the end).", None, _COUNT)
-  keep_checkpoints: int = _flag(3, "Rolling checkpoints kept.", None, _POSITIVE)
+  keep_checkpoints: int = _tunable(3, "Rolling checkpoints kept.", None,
+                                   _POSITIVE)
   shuffle_buffer: int = _flag(100_000, "Examples in the seeded shuffle buffer.",
                               None, _POSITIVE)
   seed: int = _flag(42, "Seed for data order, splits, head.")
-  jit_compile: bool | None = _flag(
+  jit_compile: bool | None = _tunable(
       None, "XLA-compile the replica step on CPU/GPU (unset: on for GPU, "
       "off for CPU; TPUs always use XLA). Only for encoders saved by this "
       "project (demo, convert_hf), which are rebuilt for XLA: XLA recompiles "
       "a loaded SavedModel's gradient at every step.")
-  precision: str = _flag(
+  precision: str = _tunable(
       "float32", "bfloat16: mixed precision, bfloat16 matmuls with float32 "
       "variables, loss and logits. Encoders saved by this project (demo, "
       "convert_hf) are rebuilt with bfloat16 matmuls on any device; other "
       "SavedModels get oneDNN's rewrite on AVX512 CPUs (no XLA) or the TPU's "
       "default passes. Faster only where the hardware has bfloat16 units. "
       "See README.", PRECISIONS)
-  demo_cache_dir: str = _flag(
+  demo_cache_dir: str = _tunable(
       "", "Where the demo model and data are built ('' = "
       "~/.cache/bert_tpu_trainer or $BERT_TRAINER_CACHE).")
-  export: bool = _flag(
+  export: bool = _tunable(
       True, "At the end, export a SavedModel serving raw strings to "
       "model_dir/export/<step>/ (see trainer.export).")
   checkpoint_dir: str = _flag(
       "", "Checkpoints ('' = $AIP_CHECKPOINT_DIR on Vertex AI, else "
       "model_dir/checkpoints).")
-  summary_dir: str = _flag(
+  summary_dir: str = _tunable(
       "", "TensorBoard summaries ('' = $AIP_TENSORBOARD_LOG_DIR, else "
       "model_dir/summaries).")
-  export_base_dir: str = _flag(
+  export_base_dir: str = _tunable(
       "", "Exports go to <export_base_dir>/<step> ('' = $AIP_MODEL_DIR, else "
       "model_dir/export).")
-  max_nan_recoveries: int = _flag(
+  max_nan_recoveries: int = _tunable(
       2, "On a non-finite loss or gradient norm, roll back to the newest "
       "checkpoint and skip the bad batches at most this many times.", None,
       _COUNT)
-  deterministic: bool = _flag(
+  deterministic: bool = _tunable(
       False, "TF op determinism and fixed seeds: the same flags give "
       "bit-identical weights on CPU, also across kills and resumes. Slower "
       "on GPU.")
-  early_stopping_patience: int = _flag(
+  early_stopping_patience: int = _tunable(
       0, "Stop after this many evals without a better "
       "--early_stopping_metric (0 = never).", None, _COUNT)
   early_stopping_metric: str = _flag(
       "eval/loss", "Metric that picks the best checkpoint (kept in "
       "checkpoints/best and restored at the end).", EARLY_STOPPING_METRICS)
-  profile_steps: str = _flag(
+  profile_steps: str = _tunable(
       "", "FIRST,LAST: record a TensorBoard profile (trace viewer, op "
       "statistics) of training steps FIRST..LAST into the train summaries "
       "(plugins/profile); benchmarks/profile_ops.py tabulates it.")
@@ -320,6 +333,11 @@ def _exists(path):
   return tf.io.gfile.exists(path)
 
 
+def _isdir(path):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return tf.io.gfile.isdir(path)
+
+
 def _check_fields(c):
   """Each field's own choices and rule (the metadata above)."""
   for name, f in FIELDS.items():
@@ -364,6 +382,12 @@ def _check_sources(c):
       _fail(flag, path, "needs --train_file")
     if path and not _is_remote(path) and not _exists(path):
       _fail(flag, path, "no such file")
+    if path and not _is_remote(path) and _isdir(path):
+      _fail(flag, path, "is a folder; give a CSV/TSV file (plain, .gz or "
+            ".zip)")
+  if not _is_remote(c.model_dir) and _exists(
+      c.model_dir) and not _isdir(c.model_dir):
+    _fail("model_dir", c.model_dir, "is a file; give a folder")
 
 
 def _check_labels(c):

@@ -8,14 +8,36 @@ import glob
 import json
 import os
 import re
+import signal
 import socket
+import threading
+import time
 
 from absl import logging
 import tensorflow as tf
 
+from trainer import config
 from trainer import errors
 
 StrategyError = errors.StrategyError
+
+# The port of a TPU Node's gRPC server (what `gcloud` lists as the TPU's
+# endpoint).
+TPU_GRPC_PORT = 8470
+
+
+def tpu_address(tpu):
+  """--tpu with the default port added to a grpc:// address without one."""
+  match = re.match(r"^grpc://([^:/]+)(?::(\d*))?/?$", tpu)
+  if not match:
+    if tpu.startswith("grpc://"):
+      raise StrategyError(
+          f"--tpu={tpu} is not a TPU address; give grpc://HOST:PORT (the "
+          f"TPU Node's port is {TPU_GRPC_PORT})")
+    return tpu
+  if not match.group(2):
+    return f"grpc://{match.group(1)}:{TPU_GRPC_PORT}"
+  return tpu
 
 
 def _check_grpc_reachable(tpu, timeout=10.0):
@@ -58,9 +80,19 @@ def _no_tpu_message(tpu, e):
 
 def tpu_strategy(tpu):
   """Connects to `tpu` ('local', a TPU name or grpc:// address)."""
+  tpu = tpu_address(tpu)
   _check_grpc_reachable(tpu)
   try:
     resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
+  except OSError as e:  # urllib's URLError: the metadata lookup of a name
+    raise StrategyError(
+        f"--tpu={tpu}: cannot look up this TPU name ({errors.first_line(e)})"
+        ": names resolve through the GCE metadata server, on Google Cloud "
+        f"only. Give grpc://IP:{TPU_GRPC_PORT}, or use --tpu=local on the "
+        "TPU VM itself") from None
+  except ValueError as e:
+    raise StrategyError(_no_tpu_message(tpu, e)) from None
+  try:
     if tpu != "local":
       tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
@@ -133,22 +165,91 @@ def check_paths_for_tpu(tpu, paths):
   if not is_remote_tpu(tpu):
     return
   for flag, path in paths.items():
-    if path and not re.match(r"^(gs|ram)://", path) and path != "demo":
+    if path and not re.match(r"^(gs|ram)://", path) and path != config.DEMO:
       raise StrategyError(
           f"--{flag}={path} is a local path, but --tpu={tpu} is a remote TPU "
           "whose workers cannot see this machine's disk; put it in Cloud "
           "Storage and pass a gs:// path")
 
 
-def build_strategy(tpu="", strategy="auto"):
-  """Returns the strategy for the flags (see trainer/main.py)."""
+def _unreachable_tasks(timeout=2.0):
+  """The TF_CONFIG tasks whose address takes no TCP connection (not
+  started, or not reachable from here), as "worker 1 (host:port)"."""
+  spec = json.loads(os.environ.get("TF_CONFIG", "{}"))
+  missing = []
+  for job, addresses in spec.get("cluster", {}).items():
+    for index, address in enumerate(addresses):
+      host, _, port = address.rpartition(":")
+      try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+          pass
+      except (OSError, ValueError):
+        missing.append(f"{job} {index} ({address})")
+  return missing
+
+
+def multi_worker_strategy(timeout):
+  """MultiWorkerMirroredStrategy, waiting at most `timeout` seconds for
+  the other tasks of TF_CONFIG to start, and honouring SIGTERM/SIGINT
+  meanwhile.
+
+  The strategy's constructor blocks in TensorFlow until every task has
+  registered, and a signal's Python handler cannot run until it returns, so
+  it is built on a helper thread while this one waits. A thread blocked
+  inside TensorFlow cannot be stopped: after a timeout or a signal the
+  process must exit (`errors.ClusterTimeout.abandoned_thread`).
+  """
+  box = {}
+
+  def build():
+    try:
+      box["strategy"] = tf.distribute.MultiWorkerMirroredStrategy()
+    except Exception as e:  # pylint: disable=broad-except
+      box["error"] = e
+
+  received = []
+  previous = {}
+  if threading.current_thread() is threading.main_thread():
+    for sig in (signal.SIGTERM, signal.SIGINT):
+      previous[sig] = signal.signal(
+          sig, lambda signum, _: received.append(signal.Signals(signum).name))
+  thread = threading.Thread(target=build, daemon=True, name="cluster-start")
+  thread.start()
+  deadline = time.monotonic() + timeout
+  try:
+    while thread.is_alive() and not received and time.monotonic() < deadline:
+      thread.join(0.2)
+  finally:
+    for sig, handler in previous.items():
+      signal.signal(sig, handler)
+  if "strategy" in box:
+    return box["strategy"]
+  if "error" in box:
+    raise StrategyError(
+        f"--strategy=multi_worker_mirrored: {errors.first_line(box['error'])}"
+    ) from None
+  missing = ", ".join(_unreachable_tasks()) or "none unreachable by TCP"
+  why = (f"{received[0]} received" if received else
+         f"the other tasks did not all start within --cluster_timeout="
+         f"{timeout}s")
+  error = errors.ClusterTimeout(
+      f"--strategy=multi_worker_mirrored: {why} while waiting for the "
+      f"cluster of TF_CONFIG (not listening: {missing}); start every task "
+      "with the same TF_CONFIG, or raise --cluster_timeout")
+  if received:  # a preemption: nothing was trained, rerun to start
+    error.exit_code, error.prefix = errors.EXIT_PREEMPTED, "preempted"
+  raise error
+
+
+def build_strategy(tpu="", strategy="auto", cluster_timeout=600):
+  """The strategy for --tpu, --strategy and --cluster_timeout."""
   if tpu:
     return tpu_strategy(tpu)
   ensure_tf_config()
   if strategy == "multi_worker_mirrored":
     # Before anything initializes the TF context: collectives are configured
     # at start-up.
-    return tf.distribute.MultiWorkerMirroredStrategy()
+    return multi_worker_strategy(cluster_timeout)
   gpus = tf.config.list_logical_devices("GPU")
   if strategy == "mirrored" or (strategy == "auto" and len(gpus) > 1):
     devices = gpus or tf.config.list_logical_devices("CPU")

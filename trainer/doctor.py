@@ -128,7 +128,7 @@ def run_checks(c, rows=1000):
     checks.append(Check("flags", False, str(e), "fix the flag"))
     return checks
   try:
-    strategy = distribute.build_strategy(c.tpu, c.strategy)
+    strategy = distribute.build_strategy(c.tpu, c.strategy, c.cluster_timeout)
     config_lib.check_replicas(c, strategy.num_replicas_in_sync)
     checks.append(
         Check(
@@ -151,7 +151,8 @@ def check_xla(c, strategy, encoder):
   """Compiles one replica train step with XLA on a dummy int32 batch."""
   if distribute.is_tpu(strategy):
     return Check("xla", True, "TPU: the step is compiled at the first loop")
-  problem = not distribute.has_gpu() and host.xla_cpu_problem()
+  problem = (
+      distribute.device_kind(strategy) == "cpu" and host.xla_cpu_problem())
   if problem:
     return Check(
         "xla", True, "not checked: this TensorFlow build has no XLA for the "

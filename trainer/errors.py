@@ -7,6 +7,8 @@ a preemption (a checkpoint was saved; rerun to resume). Any other exception
 is a bug of ours and keeps its traceback. This module imports nothing.
 """
 
+import errno
+
 EXIT_BAD_INPUT = 2
 # EX_TEMPFAIL in sysexits.h: "temporary failure, try again".
 EXIT_PREEMPTED = 75
@@ -35,6 +37,14 @@ class StrategyError(UserError, RuntimeError):
   """The requested devices cannot be reached or do not exist."""
 
 
+class ClusterTimeout(StrategyError):
+  """The other tasks of a multi-worker job did not start in time (or a
+  signal came while waiting). The thread that waits inside TensorFlow cannot
+  be stopped, so the command exits at once after reporting."""
+
+  abandoned_thread = True
+
+
 class TrainingError(UserError, RuntimeError):
   """Training cannot go on (empty data, non-finite loss, ...)."""
 
@@ -61,6 +71,58 @@ class Preempted(UserError):
 # Lines TensorFlow wraps around the message of an error raised in a graph.
 _FRAMING = ("Graph execution error", "Detected at node", "[[",
             "<stack traces unavailable>")
+
+
+class ResourceError(UserError):
+  """The user's storage, network or cluster failed an operation (a path
+  not found, permission denied, a full disk, no network)."""
+
+
+# What TensorFlow (by its error classes) and Python raise deep inside an
+# operation on the user's files, storage or network, and what to say. By
+# class name, so this module needs no TensorFlow import.
+_TRANSLATIONS = {
+    "NotFoundError": ("not found", "check the path"),
+    "FileNotFoundError": ("not found", "check the path"),
+    "IsADirectoryError":
+        ("a folder where a file was expected", "give the file's path"),
+    "NotADirectoryError":
+        ("a file where a folder was expected", "give a folder's path"),
+    "PermissionDeniedError":
+        ("permission denied", "check that you may read or write there"),
+    "PermissionError":
+        ("permission denied", "check that you may read or write there"),
+    "ResourceExhaustedError":
+        ("out of resources", "free disk space (checkpoints already written "
+         "are intact), or lower --batch_size if memory ran out"),
+    "UnavailableError":
+        ("unavailable", "check the network, the address and credentials"),
+    "DeadlineExceededError":
+        ("timed out", "check the network, the address and the peers"),
+    "FailedPreconditionError":
+        ("failed", "check the path, the network and credentials (gs:// needs "
+         "both)"),
+    "ConnectionError": ("network error", "check the network and the address"),
+    "TimeoutError": ("timed out", "check the network and the address"),
+    "URLError": ("cannot reach", "check the network and the address"),
+}
+
+
+def translate(exc):
+  """The UserError for a failure of the user's storage, network or cluster
+  raised by TensorFlow or Python (`exc`), or None: a bug of ours, which
+  keeps its traceback."""
+  if isinstance(exc, UserError):
+    return exc
+  if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+    return ResourceError(f"no space left on device: {first_line(exc)}; free "
+                         "disk space (checkpoints already written are "
+                         "intact) and run the same command again")
+  for cls in type(exc).__mro__:
+    if cls.__name__ in _TRANSLATIONS:
+      what, fix = _TRANSLATIONS[cls.__name__]
+      return ResourceError(f"{what}: {first_line(exc)}; {fix}")
+  return None
 
 
 def first_line(exc, limit=300):

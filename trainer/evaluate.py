@@ -25,6 +25,7 @@ from trainer import errors
 from trainer import export
 from trainer import input_pipeline
 from trainer import metrics as metrics_lib
+from trainer import run_dir
 
 FLAGS = flags.FLAGS
 
@@ -40,14 +41,25 @@ def _config():
   return dataclasses.replace(saved, **{n: getattr(c, n) for n in given})
 
 
+def _check_classes(c, classes, what):
+  """The flags' classes must be the model's: scores of K classes cannot be
+  read as another number's."""
+  if c.num_classes != classes:
+    raise errors.ConfigError(
+        f"--num_classes={c.num_classes} does not match {what}, which scores "
+        f"{classes} classes; give --num_classes={classes} with the data's "
+        "--label_map (and --label_names)")
+
+
 def _serving(c):
   """Returns (serve fn, class names or None to take the Config's)."""
   if FLAGS.export_dir:
-    loaded = tf.saved_model.load(FLAGS.export_dir)
-    serve = loaded.signatures["serving_default"]
+    serve, classes = export.load_serving(FLAGS.export_dir)
+    _check_classes(c, classes, f"the export {FLAGS.export_dir}")
     return lambda text: serve(text=text), None
-  c, preprocessor, model, _, _ = export.load_classifier(FLAGS.model_dir,
-                                                        FLAGS.checkpoint)
+  saved, preprocessor, model, _, _ = export.load_classifier(
+      FLAGS.model_dir, FLAGS.checkpoint)
+  _check_classes(c, saved.num_classes, f"the run in {FLAGS.model_dir}")
   module = export.ServingModule(preprocessor, model, c.seq_length,
                                 c.class_names())
   # The lambda keeps `module` alive: a tf.function method holds only a weak
@@ -64,6 +76,11 @@ def evaluate(c, serve, split_name, class_names=None, batch_size=256):
         f"{sorted(splits)}")
   split = splits[split_name]
   counts = input_pipeline.count(split)
+  if not counts["rows_used"]:
+    raise errors.DataError(
+        f"{split.describe()}: no usable row to score ({counts['rows_read']} "
+        f"read, rejected {counts['rejected'] or 'none'}); check the data "
+        "flags, --label_map and --text_column/--label_column")
   labels, probabilities = [], []
   for texts, batch_labels in input_pipeline.usable_rows(split).batch(
       batch_size):
@@ -101,6 +118,11 @@ def define_flags():
 
 def main(argv):
   del argv
+  if not FLAGS.export_dir and not FLAGS["model_dir"].present:
+    raise errors.ConfigError("give --export_dir (an export) or --model_dir "
+                             "(a training run: its checkpoint and flags)")
+  if FLAGS.output_file:
+    run_dir.check_output_file("output_file", FLAGS.output_file)
   c = config_lib.validate(_config())
   serve, names = _serving(c)
   split = FLAGS.split or ("test" if "test" in input_pipeline.make_splits(c) else

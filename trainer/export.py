@@ -70,7 +70,8 @@ def read_run_config(model_dir):
 
 
 def load_classifier(model_dir, checkpoint="", io_device=None):
-  """Rebuilds the run's classifier on the host and restores a checkpoint.
+  """Rebuilds the run's classifier on the host and restores a checkpoint
+  (`io_device`: where files are read; a TPU's host, `distribute.io_device`).
 
   Returns:
     (config, preprocessor, model, checkpoint path, step).
@@ -78,15 +79,14 @@ def load_classifier(model_dir, checkpoint="", io_device=None):
   c = read_run_config(model_dir)
   where = run_dir.locations(c)
   path = checkpoints.for_export(where.checkpoints, where.best, checkpoint)
-  preprocessor, encoder = model_lib.load(c.encoder_handle,
-                                         c.preprocessor_handle,
-                                         tf.distribute.get_strategy(),
-                                         io_device, c.demo_cache_dir)
-  model_lib.check_fit(encoder, preprocessor, c.seq_length,
-                      c.preprocessor_handle)
+  preprocessor, encoder = model_lib.load_checked(c,
+                                                 tf.distribute.get_strategy(),
+                                                 io_device)
   model = model_lib.Classifier(encoder, c.num_classes, c.dropout_rate, c.seed)
   ckpt, step = checkpoints.for_reading(model, encoder)
-  ckpt.restore(path).expect_partial().assert_existing_objects_matched()
+  options = tf.train.CheckpointOptions(experimental_io_device=io_device)
+  ckpt.restore(
+      path, options=options).expect_partial().assert_existing_objects_matched()
   return c, preprocessor, model, path, int(step.numpy())
 
 
@@ -126,6 +126,24 @@ def write_export(module, export_dir, io_device=None):
   return export_dir
 
 
+def load_serving(export_dir, flag="export_dir"):
+  """(serving_default of the export at `export_dir`, its class count);
+  a clear error for a folder that is not one of this project's exports."""
+  if not tf.io.gfile.isdir(export_dir):
+    raise ExportError(f"--{flag}={export_dir} is not a folder; give an export "
+                      "(RUN/export/<step>)")
+  if not is_complete(export_dir):
+    raise ExportError(f"--{flag}={export_dir} holds no saved_model.pb; give "
+                      "an export (RUN/export/<step>)")
+  serve = tf.saved_model.load(export_dir).signatures.get("serving_default")
+  outputs = getattr(serve, "structured_outputs", {}) if serve else {}
+  if "probabilities" not in outputs:
+    raise ExportError(
+        f"--{flag}={export_dir} is a SavedModel but not an export of this "
+        "trainer (no serving_default signature returning probabilities)")
+  return serve, int(outputs["probabilities"].shape[-1])
+
+
 def is_complete(export_dir):
   """An export is complete once its saved_model.pb (written last) exists."""
   return tf.io.gfile.exists(os.path.join(export_dir, "saved_model.pb"))
@@ -162,7 +180,8 @@ def _remove_quietly(path):
 
 def export(model_dir, checkpoint="", io_device=None):
   """Exports the chosen checkpoint of `model_dir`; returns the export dir."""
-  c, preprocessor, model, path, step = load_classifier(model_dir, checkpoint)
+  c, preprocessor, model, path, step = load_classifier(model_dir, checkpoint,
+                                                       io_device)
   module = ServingModule(preprocessor, model, c.seq_length, c.class_names())
   export_dir = run_dir.locations(c).export_dir(step)
   write_export(module, export_dir, io_device)
@@ -179,7 +198,10 @@ def define_flags():
 
 def main(argv):
   del argv
-  print(export(flags.FLAGS.model_dir, flags.FLAGS.checkpoint))
+  read_run_config(flags.FLAGS.model_dir)  # a run's folder, or a clear error
+  # A training run holds its model_dir until it has exported itself.
+  with run_dir.Lock(flags.FLAGS.model_dir, "trainer.export"):
+    print(export(flags.FLAGS.model_dir, flags.FLAGS.checkpoint))
 
 
 if __name__ == "__main__":

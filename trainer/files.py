@@ -2,9 +2,11 @@
 
 Supports the Sentiment140 layout (six columns target,ids,date,flag,user,text;
 no header, every field quoted, ISO-8859-1 — or the same with a header, as in
-copies people make), CSV and TSV with a header row, plain or inside a zip
-(the original `trainingandtestdata.zip`), on any filesystem `tf.io.gfile`
-knows (local, gs://, ram://).
+copies people make), CSV and TSV with a header row, plain, gzip-compressed
+or inside a zip (the original `trainingandtestdata.zip`), on any filesystem
+`tf.io.gfile` knows (local, gs://, ram://). A UTF-8 byte-order mark (what
+Excel writes) is skipped; UTF-16/32 and binary files are refused with what
+to do.
 
 Rows are parsed one physical line at a time; a line whose quotes do not
 balance is joined with the next lines (a quoted field may span lines) up to
@@ -17,6 +19,7 @@ silently.
 import collections
 import csv
 import dataclasses
+import gzip
 import zipfile
 
 import tensorflow as tf
@@ -27,13 +30,17 @@ from trainer import errors
 FORMATS = config.FILE_FORMATS
 SENTIMENT140_HEADER = ["target", "ids", "date", "flag", "user", "text"]
 MAX_JOINED_LINES = 50
-# Python's csv module refuses longer fields; 100,000-character tweets fit.
-csv.field_size_limit(16 * 1024 * 1024)
+# A row longer than this is rejected as field_too_long (Python's csv module
+# refuses longer fields anyway); 100,000-character tweets fit.
+MAX_ROW_CHARS = 16 * 1024 * 1024
+csv.field_size_limit(MAX_ROW_CHARS)
 
 # Why a row was not used; 0 means it was. Counted per split in summary.json.
 REASONS = ("ok", "label_not_in_map", "label_not_a_number", "empty_text",
-           "malformed_row", "invalid_utf8")
-OK, NOT_A_NUMBER, MALFORMED, INVALID_UTF8 = 0, 2, 4, 5
+           "malformed_row", "invalid_utf8", "field_too_long")
+OK, NOT_A_NUMBER, MALFORMED, INVALID_UTF8, TOO_LONG = 0, 2, 4, 5, 6
+_GZIP_MAGIC = b"\x1f\x8b"
+_UTF8_BOM = b"\xef\xbb\xbf"
 
 DataError = errors.DataError
 
@@ -49,20 +56,28 @@ class Layout:
   text_index: int
   label_index: int
   encoding: str
+  bom: int = 0  # bytes of a UTF-8 byte-order mark to skip at the start
 
   def describe(self):
     header = "with a header" if self.has_header else "no header"
+    bom = ", after a byte-order mark" if self.bom else ""
     return (f"{self.file_format} layout ({self.width} columns, {header}, "
             f"text column {self.text_index}, label column "
-            f"{self.label_index}, {self.encoding})")
+            f"{self.label_index}, {self.encoding}{bom})")
 
 
 def open_binary(path, member=""):
-  """Opens `path` (or `member` of the zip at `path`) for binary reading."""
+  """Opens `path` (or `member` of the zip at `path`) for binary reading; a
+  gzip-compressed file (by its magic bytes) is decompressed as it is read."""
   if not tf.io.gfile.exists(path):
     raise DataError(f"data file {path} does not exist")
+  if tf.io.gfile.isdir(path):
+    raise DataError(f"data file {path} is a folder; give a CSV/TSV file")
   if not path.lower().endswith(".zip"):
-    return tf.io.gfile.GFile(path, "rb")
+    f = tf.io.gfile.GFile(path, "rb")
+    magic = f.read(2)
+    f.seek(0)
+    return gzip.GzipFile(fileobj=f, mode="rb") if magic == _GZIP_MAGIC else f
   archive = _zip(path)
   names = archive.namelist()
   if member not in names:
@@ -94,14 +109,48 @@ def _detect_encoding(sample):
   return "utf-8" if invalid <= max(8, lines // 1000) else "iso-8859-1"
 
 
+def _show(header):
+  """A header for a message: a few columns, each cut short."""
+  shown = [c if len(c) <= 40 else c[:37] + "..." for c in header[:8]]
+  return str(shown) + (f" and {len(header) - 8} more"
+                       if len(header) > 8 else "")
+
+
 def _resolve_column(value, header, flag, path):
   if header and value in header:
     return header.index(value)
   if value.isdigit():
     return int(value)
   raise DataError(
-      f"{path}: no column {value!r} ({flag}); the header has {header}. Give a "
-      "column name or a 0-based index")
+      f"{path}: no column {value!r} ({flag}); the header has {_show(header)}. "
+      "Give a column name or a 0-based index")
+
+
+def _sniff(sample, path):
+  """Bytes of a UTF-8 byte-order mark to skip; DataError for a file that is
+  not UTF-8/ISO-8859-1 text (UTF-16/32, binary)."""
+  if sample.startswith(b"PK\x03\x04"):
+    raise DataError(f"{path} is a zip archive; name it *.zip, or extract the "
+                    "CSV inside it")
+  for bom, name in ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff",
+                                                      "UTF-32"),
+                    (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16")):
+    if sample.startswith(bom):
+      raise DataError(
+          f"{path} is {name} text; convert it to UTF-8 (e.g. `iconv -f "
+          f"{name} -t UTF-8 {path} > converted.csv`) or save it as UTF-8")
+  nuls = sample.count(b"\x00")
+  if nuls:
+    first_nul = sample.index(b"\x00")
+    utf16 = nuls >= len(sample) // 3 and (
+        sample[1::2].count(b"\x00") > 0.9 * len(sample[1::2]) or
+        sample[::2].count(b"\x00") > 0.9 * len(sample[::2]))
+    raise DataError(
+        f"{path} looks like UTF-16 text without a byte-order mark; convert "
+        "it to UTF-8" if utf16 else
+        f"{path} is not a text file (it holds NUL bytes, first at byte "
+        f"{first_nul}); give a CSV/TSV file (plain, .gz or .zip)")
+  return len(_UTF8_BOM) if sample.startswith(_UTF8_BOM) else 0
 
 
 def detect_layout(path,
@@ -118,11 +167,14 @@ def detect_layout(path,
     sample = f.read(1 << 20)
   if not sample.strip():
     raise DataError(f"data file {path} {member} is empty")
+  bom = _sniff(sample, path)
+  sample = sample[bom:]
   first_line = sample.split(b"\n", 1)[0].decode("utf-8", errors="replace")
-  name = (member or path).lower()
+  name = (member or path).lower().removesuffix(".gz")
   delimiter = "\t" if file_format == "tsv" or (file_format == "auto" and
                                                name.endswith(".tsv")) else ","
-  first = next(csv.reader([first_line], delimiter=delimiter), [])
+  first = next(
+      csv.reader([first_line[:MAX_ROW_CHARS]], delimiter=delimiter), [])
   s140_header = [c.strip().lower() for c in first] == SENTIMENT140_HEADER
   s140_row = (
       len(first) == 6 and first[0].strip() in ("0", "2", "4") and
@@ -140,7 +192,7 @@ def detect_layout(path,
     # maker saved it as (the shared sample is UTF-8).
     if not encoding:
       encoding = _detect_encoding(sample) if s140_header else "iso-8859-1"
-    return Layout("sentiment140", ",", s140_header, 6, 5, 0, encoding)
+    return Layout("sentiment140", ",", s140_header, 6, 5, 0, encoding, bom)
   encoding = encoding or _detect_encoding(sample)
   header = [c.strip() for c in first]
   text_index = _resolve_column(text_column, header, "--text_column", path)
@@ -148,9 +200,9 @@ def detect_layout(path,
   if max(text_index, label_index) >= len(header):
     raise DataError(
         f"{path}: column index {max(text_index, label_index)} is outside the "
-        f"{len(header)} columns of the header {header}")
+        f"{len(header)} columns of the header {_show(header)}")
   return Layout(file_format, delimiter, True, len(header), text_index,
-                label_index, encoding)
+                label_index, encoding, bom)
 
 
 def _quotes_balanced(text):
@@ -162,6 +214,14 @@ def _decode(raw, encoding):
     return raw.decode(encoding), False
   except UnicodeDecodeError:
     return raw.decode(encoding, errors="replace"), True
+
+
+def _skip_start(stream, layout):
+  """Reads past a byte-order mark and the header; returns the bytes read."""
+  skipped = len(stream.read(layout.bom)) if layout.bom else 0
+  if layout.has_header:
+    skipped += len(stream.readline())
+  return skipped
 
 
 def parse(stream, layout, index=0, line=1, skip_header=True):
@@ -179,10 +239,9 @@ def parse(stream, layout, index=0, line=1, skip_header=True):
   (-1 when rejected).
   """
   offset = 0
-  if skip_header and layout.has_header:
-    header = stream.readline()
-    offset += len(header)
-    line += 1
+  if skip_header:  # at the start of the file
+    offset = _skip_start(stream, layout)
+    line += layout.has_header
   lines = iter(stream)
   pushed_back = collections.deque()
 
@@ -229,6 +288,8 @@ def parse(stream, layout, index=0, line=1, skip_header=True):
 def _fields(text_line, invalid, layout):
   """(text, raw_label, reason) of one complete row."""
   body = text_line.rstrip("\r\n")
+  if len(body) > MAX_ROW_CHARS:
+    return "", -1, TOO_LONG
   try:
     fields = next(
         csv.reader([body], delimiter=layout.delimiter, strict=True), [])

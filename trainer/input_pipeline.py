@@ -173,28 +173,40 @@ def make_splits(config):
   return splits
 
 
-def count(split, limit=None):
+def count(split, limit=None, num_classes=0):
   """One pass over a split (or its first `limit` rows): rows read, used and
-  rejected per reason."""
-  n = len(sources.REASONS)
+  rejected per reason, and (with `num_classes`) the usable rows per class
+  id, as {"0": n, ...}."""
+  n, k = len(sources.REASONS), max(num_classes, 1)
   records = split.records()
   if limit:
     records = records.take(limit)
-  totals = records.map(
-      lambda r: tf.one_hot(r["reason"], n, dtype=tf.int64),
-      num_parallel_calls=tf.data.AUTOTUNE).reduce(
-          tf.zeros([n], tf.int64), lambda a, b: a + b).numpy()
+
+  def one_hot(r):
+    usable = tf.equal(r["reason"], 0)
+    label = tf.where(usable, r["label"], -1)  # one_hot(-1) is all zeros
+    return (tf.one_hot(r["reason"], n,
+                       dtype=tf.int64), tf.one_hot(label, k, dtype=tf.int64))
+
+  zeros = (tf.zeros([n], tf.int64), tf.zeros([k], tf.int64))
+  totals, classes = records.map(
+      one_hot, num_parallel_calls=tf.data.AUTOTUNE).reduce(
+          zeros, lambda a, b: (a[0] + b[0], a[1] + b[1]))
+  totals, classes = totals.numpy(), classes.numpy()
   rejected = {
       sources.REASONS[i]: int(totals[i]) for i in range(1, n) if totals[i]
   }
-  return dict(
+  counts = dict(
       rows_read=int(totals.sum()), rows_used=int(totals[0]), rejected=rejected)
+  if num_classes:
+    counts["classes"] = {str(i): int(c) for i, c in enumerate(classes) if c}
+  return counts
 
 
 # Rejections that mean "this input is broken"; labels outside the map (e.g.
 # Sentiment140's neutral test rows) are an expected exclusion instead.
 BAD_REASONS = ("label_not_a_number", "empty_text", "malformed_row",
-               "invalid_utf8")
+               "invalid_utf8", "field_too_long")
 
 
 def check_bad_fraction(split, counts, max_fraction):
@@ -316,14 +328,19 @@ def check_int_features(element_spec):
                       f"{want.name} of static shape")
 
 
-def count_splits(splits, max_bad_fraction, cache_path):
-  """Row counts per split ({name: count()}), checked against
-  `max_bad_fraction` and cached at `cache_path` (a resumed run skips them).
+def count_splits(splits, max_bad_fraction, cache_path, num_classes=0):
+  """Row counts per split ({name: count()}, with rows per class), checked
+  against `max_bad_fraction` and cached at `cache_path` (a resumed run skips
+  them).
 
   Every split's first rows are counted before any is read whole, so a wrong
   layout fails in seconds rather than after millions of rows.
   """
-  key = repr(sorted((name, repr(s)) for name, s in splits.items()))
+  # The file's size and time are part of the key: an edited file is
+  # counted again.
+  key = repr((sorted(
+      (name, repr(s), s.source.stamp()) for name, s in splits.items()),
+              num_classes))
   cached = run_dir.read_json(cache_path)
   if cached and cached.get("key") == key:
     return cached["counts"]
@@ -331,13 +348,36 @@ def count_splits(splits, max_bad_fraction, cache_path):
     check_bad_fraction(split, count(split, limit=_HEAD_ROWS), max_bad_fraction)
   counts = {}
   for name, split in splits.items():
-    counts[name] = count(split)
+    counts[name] = count(split, num_classes=num_classes)
     check_bad_fraction(split, counts[name], max_bad_fraction)
     logging.info("Split %s: %d rows read, %d used, rejected %s", name,
                  counts[name]["rows_read"], counts[name]["rows_used"],
                  counts[name]["rejected"] or "none")
   run_dir.write_json(cache_path, dict(key=key, counts=counts))
   return counts
+
+
+def check_counts(splits, counts, validation_fraction):
+  """Stops, saying why, on a split that leaves nothing to learn from."""
+  validation = splits["validation"]
+  if counts["validation"]["rows_used"] == 0 and validation.holdout:
+    raise errors.TrainingError(
+        f"the validation split carved from {validation.source.describe()} "
+        f"at --validation_fraction={validation_fraction} holds no usable row "
+        f"(the file has {counts['train']['rows_used']} usable rows); raise "
+        "--validation_fraction or give --eval_file")
+  for name in ("train", "validation"):
+    if counts[name]["rows_used"] == 0:
+      raise errors.TrainingError(
+          f"the {name} split has no usable rows ({counts[name]}); check the "
+          "data source flags, --label_map and --text_column/--label_column")
+  classes = counts["train"].get("classes", {})
+  if len(classes) == 1:
+    (only, rows), = classes.items()
+    raise errors.TrainingError(
+        f"the training split has examples of class {only} only ({rows} "
+        "rows): a classifier learns nothing from one class. Check "
+        "--label_column and --label_map (each class needs a raw label)")
 
 
 def flat_counts(counts):

@@ -78,6 +78,15 @@ def load(encoder_handle,
   return preprocessor, encoder
 
 
+def load_checked(c, strategy, io_device=None):
+  """The handles of Config `c`, loaded (`load`) and checked against each
+  other and --seq_length (`check_fit`): (preprocessor, encoder)."""
+  preprocessor, encoder = load(c.encoder_handle, c.preprocessor_handle,
+                               strategy, io_device, c.demo_cache_dir)
+  check_fit(encoder, preprocessor, c.seq_length, c.preprocessor_handle)
+  return preprocessor, encoder
+
+
 def _variable(encoder, pattern):
   for v in encoder.variables:
     if re.search(pattern, v.name) and len(v.shape) == 2:

@@ -21,6 +21,9 @@ import tensorflow_text  # noqa: F401  (registers the preprocessor's ops)
 
 from trainer import cli
 from trainer import errors
+from trainer import export
+from trainer import files
+from trainer import run_dir
 
 # Bad input flags or files: one line, exit code 2 (trainer.cli).
 PredictError = errors.ConfigError
@@ -30,8 +33,8 @@ def read_texts(input_file, text_column="text"):
   """Yields the texts of `input_file` one by one (streamed)."""
   if not tf.io.gfile.exists(input_file):
     raise PredictError(f"--input_file={input_file} does not exist")
-  lower = input_file.lower()
-  with tf.io.gfile.GFile(input_file, "rb") as f:
+  lower = input_file.lower().removesuffix(".gz")
+  with files.open_binary(input_file) as f:
     lines = (line.decode("utf-8", errors="replace") for line in f)
     if not lower.endswith((".csv", ".tsv")):
       for line in lines:
@@ -46,7 +49,7 @@ def read_texts(input_file, text_column="text"):
       column = int(text_column)
     else:
       raise PredictError(f"{input_file}: no column {text_column!r} "
-                         f"(--text_column); the header has {header}")
+                         f"(--text_column); the header has {header[:8]}")
     for row in reader:
       yield row[column] if column < len(row) else ""
 
@@ -89,12 +92,6 @@ def write(predictions, output_file):
       out.close()
 
 
-def load_serving(export_dir):
-  if not tf.io.gfile.exists(export_dir):
-    raise PredictError(f"--export_dir={export_dir} does not exist")
-  return tf.saved_model.load(export_dir).signatures["serving_default"]
-
-
 def define_flags():
   flags.DEFINE_string("export_dir", None, "An export from trainer.export.")
   flags.DEFINE_multi_string("text", [], "Text to classify (repeatable).")
@@ -111,7 +108,11 @@ def main(argv):
   f = flags.FLAGS
   if bool(f.text) == bool(f.input_file):
     raise PredictError("give --text (one or more) or --input_file")
-  serve = load_serving(f.export_dir)
+  if f.batch_size < 1:
+    raise PredictError(f"--batch_size={f.batch_size} is invalid: must be >= 1")
+  if f.output_file:
+    run_dir.check_output_file("output_file", f.output_file)
+  serve, _ = export.load_serving(f.export_dir)
   texts = f.text or read_texts(f.input_file, f.text_column)
   write(predict(serve, texts, f.batch_size), f.output_file)
 

@@ -6,16 +6,23 @@ Vertex AI's AIP_* variables became those flags' values in
 `config.complete`). Non-chief workers of a multi-worker job get a private
 folder instead (`for_worker`). JSON state is written to a temporary file
 and renamed over the old one, so a reader never sees half a file, on local
-disks, gs:// and ram:// alike.
+disks, gs:// and ram:// alike. `Lock` gives the folder to one command at
+a time.
 """
 
 import dataclasses
+import fcntl
 import json
 import os
+import socket
+import threading
+import time
 import uuid
 
 from absl import logging
 import tensorflow as tf
+
+from trainer import errors
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,24 +60,64 @@ class Locations:
     return os.path.join(self.export, str(step))
 
 
-def locations(c):
-  """The Locations of Config `c` ('' flags: under model_dir)."""
+def _under(model_dir, checkpoints="", summaries="", export=""):
+  """Locations of a run in `model_dir`; '' folders are its subfolders."""
   return Locations(
-      model_dir=c.model_dir,
-      checkpoints=c.checkpoint_dir or os.path.join(c.model_dir, "checkpoints"),
-      summaries=c.summary_dir or os.path.join(c.model_dir, "summaries"),
-      export=c.export_base_dir or os.path.join(c.model_dir, "export"))
+      model_dir=model_dir,
+      checkpoints=checkpoints or os.path.join(model_dir, "checkpoints"),
+      summaries=summaries or os.path.join(model_dir, "summaries"),
+      export=export or os.path.join(model_dir, "export"))
+
+
+def locations(c):
+  """The Locations of Config `c` (--checkpoint_dir, --summary_dir,
+  --export_base_dir, or their defaults under --model_dir)."""
+  return _under(c.model_dir, c.checkpoint_dir, c.summary_dir, c.export_base_dir)
 
 
 def for_worker(model_dir, task_id):
   """A non-chief worker's private folder under `model_dir` (its saves are
   collective, but only the chief's are kept); removed at the end."""
-  tmp = os.path.join(model_dir, f".worker-{task_id}-tmp")
-  return Locations(
-      model_dir=tmp,
-      checkpoints=os.path.join(tmp, "checkpoints"),
-      summaries=os.path.join(tmp, "summaries"),
-      export=os.path.join(tmp, "export"))
+  return _under(os.path.join(model_dir, f".worker-{task_id}-tmp"))
+
+
+def check_resume(saved, c):
+  """Compares a run's saved config (config.json's "config") with Config
+  `c` that would resume it from its checkpoints.
+
+  Returns:
+    The allowed changes (fields that may change on resume: their metadata
+    says so), as "--name: old -> new" strings.
+
+  Raises:
+    ConfigError: another field changed (the model's shape, the classes, the
+      data or its order); the message names each one.
+  """
+  allowed, refused = [], []
+  for f in dataclasses.fields(c):
+    old, new = saved.get(f.name, f.default), getattr(c, f.name)
+    if old != new:
+      change = f"--{f.name}: {old!r} -> {new!r}"
+      (allowed if f.metadata["resume"] else refused).append(change)
+  if refused:
+    raise errors.ConfigError(
+        f"--model_dir={c.model_dir} holds the checkpoints of a run with "
+        f"other flags ({'; '.join(refused)}): resuming would not continue "
+        "that run. Use a new --model_dir, or that run's flags (its "
+        "config.json); nothing was changed")
+  return allowed
+
+
+def check_output_file(flag, path):
+  """An output file's folder must exist (the command would fail at its
+  end otherwise, after all the work)."""
+  folder = os.path.dirname(path)
+  if folder and not tf.io.gfile.isdir(folder):
+    raise errors.ConfigError(
+        f"--{flag}={path} is invalid: the folder {folder} does not exist; "
+        "create it or write elsewhere")
+  if tf.io.gfile.isdir(path):
+    raise errors.ConfigError(f"--{flag}={path} is a folder; give a file")
 
 
 def write_json(path, obj):
@@ -93,3 +140,127 @@ def read_json(path):
   except ValueError:
     logging.warning("Ignoring %s: not valid JSON", path)
     return None
+
+
+# A lease on an object store (gs://, ram://) is stale this long after its
+# holder's last heartbeat; the holder refreshes it every _HEARTBEAT seconds.
+_LEASE_TTL = 120.0
+_HEARTBEAT = 30.0
+
+
+def _holder(command):
+  return dict(
+      id=uuid.uuid4().hex,
+      command=command,
+      host=socket.gethostname(),
+      pid=os.getpid(),
+      started=time.time(),
+      heartbeat=time.time())
+
+
+def _describe(holder):
+  started = time.strftime("%Y-%m-%d %H:%M:%S UTC",
+                          time.gmtime(holder.get("started", 0)))
+  return (f"{holder.get('command', '?')} (pid {holder.get('pid', '?')} on "
+          f"{holder.get('host', '?')}, since {started})")
+
+
+def _alive(holder):
+  """Whether the holder may still run: a process of this host that is gone
+  is dead at once; one elsewhere, until its lease runs out."""
+  if holder.get("host") == socket.gethostname():
+    try:
+      os.kill(int(holder.get("pid", -1)), 0)
+    except ProcessLookupError:
+      return False
+    except (PermissionError, ValueError, OverflowError):
+      pass
+  return time.time() - holder.get("heartbeat", 0) < _LEASE_TTL
+
+
+class Lock:
+  """`model_dir` owned by one command at a time: `model_dir/.lock`.
+
+  A local folder is locked with flock(2), which the kernel releases when
+  the holder dies, even by SIGKILL: a killed run's lock is taken over at
+  once. Object stores (gs://) have no locks: there the file is a lease the
+  holder refreshes every 30 s; a lease whose holder is a dead process of
+  this host, or whose heartbeat is over 2 minutes old, is taken over. Two
+  commands starting within the same second on different hosts can both
+  write the lease; the one that reads back the other's loses (best effort,
+  BUILD_NOTES.md).
+  """
+
+  def __init__(self, model_dir, command):
+    self.model_dir, self.command = model_dir, command
+    self.path = os.path.join(model_dir, ".lock")
+    self.holder = _holder(command)
+    self._file = self._thread = None
+    self._stop = threading.Event()
+
+  def _busy(self, holder):
+    return errors.ConfigError(
+        f"--model_dir={self.model_dir} is in use by {_describe(holder)}; "
+        "wait for it to end or stop it (a run that was killed releases it" +
+        ("" if "://" not in self.model_dir else ", on gs:// within 2 "
+         "minutes") + f"), or delete {self.path} if that run is gone")
+
+  def _acquire_local(self):
+    f = open(self.path, "a+", encoding="utf-8")
+    try:
+      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+      f.seek(0)
+      text = f.read()
+      f.close()
+      raise self._busy(_parse(text)) from None
+    f.seek(0)
+    f.truncate()
+    f.write(json.dumps(self.holder) + "\n")
+    f.flush()
+    self._file = f
+
+  def _acquire_lease(self):
+    current = read_json(self.path)
+    if current and _alive(current):
+      raise self._busy(current)
+    write_json(self.path, self.holder)
+    time.sleep(0.5)  # another starting now wrote too: the last write wins
+    current = read_json(self.path)
+    if not current or current.get("id") != self.holder["id"]:
+      raise self._busy(current or {})
+    self._thread = threading.Thread(
+        target=self._beat, daemon=True, name="model-dir-lease")
+    self._thread.start()
+
+  def _beat(self):
+    while not self._stop.wait(_HEARTBEAT):
+      self.holder["heartbeat"] = time.time()
+      try:
+        write_json(self.path, self.holder)
+      except tf.errors.OpError as e:  # the next beat tries again
+        logging.warning("Cannot refresh %s: %s", self.path, e)
+
+  def __enter__(self):
+    if "://" in self.model_dir:
+      self._acquire_lease()
+    else:
+      self._acquire_local()
+    return self
+
+  def __exit__(self, *exc):
+    if self._file:
+      self._file.close()  # releases the flock; the file stays
+    if self._thread:
+      self._stop.set()
+      self._thread.join()
+      current = read_json(self.path)
+      if current and current.get("id") == self.holder["id"]:
+        tf.io.gfile.remove(self.path)
+
+
+def _parse(text):
+  try:
+    return json.loads(text)
+  except ValueError:
+    return {}

@@ -81,6 +81,10 @@ class TfdsSource:
   def describe(self):
     return f"TFDS {self.name} split {self.split}"
 
+  def stamp(self):
+    """What changes when the data does (a prepared TFDS version does not)."""
+    return self.describe()
+
   def chunks(self, stripes=1):
     """TFDS stores examples shuffled already, so `stripes` is not needed."""
     del stripes
@@ -132,6 +136,14 @@ class FileSource:
 
   def describe(self):
     return f"{self.path}" + (f" member {self.member}" if self.member else "")
+
+  def stamp(self):
+    """What changes when the file does: its size and modification time."""
+    try:
+      stat = tf.io.gfile.stat(self.path)
+    except tf.errors.OpError:
+      return self.describe()
+    return f"{self.describe()} {stat.length} {stat.mtime_nsec}"
 
   def layout(self):
     try:

@@ -7,9 +7,11 @@ variables) or a pure function of (seed, step), so a run resumed from a
 checkpoint continues exactly as an uninterrupted one.
 """
 
+from absl import logging
 import tensorflow as tf
 
 from trainer import checkpoints
+from trainer import errors
 from trainer import model as model_lib
 from trainer import optimization
 
@@ -64,6 +66,7 @@ class TrainState:
           aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
     self.checkpoint = checkpoints.layout(self.model, encoder, self.optimizer,
                                          self.data_skip)
+    self.io_device = io_device
     self.options = tf.train.CheckpointOptions(experimental_io_device=io_device)
     self.manager = tf.train.CheckpointManager(
         self.checkpoint,
@@ -93,6 +96,21 @@ class TrainState:
     """Restores the checkpoint at prefix `path`."""
     self.checkpoint.restore(
         path, options=self.options).assert_existing_objects_matched()
+
+  def resume(self, directory, chief=True):
+    """Restores the newest intact checkpoint of `directory`, if any (the
+    restore order: `checkpoints.resume_point`)."""
+    latest = checkpoints.resume_point(directory, chief)
+    if not latest:
+      return
+    try:
+      self.restore(latest)
+    except (ValueError, AssertionError, tf.errors.OpError) as e:
+      raise errors.CheckpointError(
+          f"{latest} does not fit this model ({errors.first_line(e)}): it "
+          "was written by another encoder or head. Use a new --model_dir, or "
+          "the handles and flags of that run; nothing was changed") from None
+    logging.info("Resumed from %s at step %d", latest, self.step)
 
   def skip_to(self, position):
     """Makes the data position `position` at the current step."""
