@@ -90,10 +90,7 @@ def guarded(main, check_stack=True):
       user_error = errors.translate(e)
       if user_error is None:
         raise  # a bug of ours: the traceback is wanted
-      code = report(user_error)
-      if getattr(user_error, "abandoned_thread", False):
-        os._exit(code)  # a thread blocked in TensorFlow would hang the exit
-      sys.exit(code)
+      sys.exit(report(user_error))
 
   return wrapped
 

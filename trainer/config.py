@@ -74,7 +74,7 @@ _UNIT = (_finite(lambda v: 0.0 <= v <= 1.0), "must be in [0, 1]")
 class Config:
   """Everything a run needs; each field is the flag of the same name."""
 
-  model_dir: str = _flag(
+  model_dir: str = _tunable(
       "/tmp/bert_trainer", "Checkpoints, summaries, config.json, "
       "summary.json (local, gs:// or ram://). A run on a folder with a "
       "checkpoint resumes from it.", None, (bool, "give a folder (local or "

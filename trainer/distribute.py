@@ -172,73 +172,89 @@ def check_paths_for_tpu(tpu, paths):
           "Storage and pass a gs:// path")
 
 
-def _unreachable_tasks(timeout=2.0):
-  """The TF_CONFIG tasks whose address takes no TCP connection (not
-  started, or not reachable from here), as "worker 1 (host:port)"."""
+def _coordinated_tasks():
+  """(the chief and worker tasks of TF_CONFIG as (job, index, address), this
+  task's (job, index))."""
   spec = json.loads(os.environ.get("TF_CONFIG", "{}"))
-  missing = []
-  for job, addresses in spec.get("cluster", {}).items():
-    for index, address in enumerate(addresses):
-      host, _, port = address.rpartition(":")
-      try:
-        with socket.create_connection((host, int(port)), timeout=timeout):
-          pass
-      except (OSError, ValueError):
-        missing.append(f"{job} {index} ({address})")
-  return missing
+  cluster, task = spec.get("cluster", {}), spec.get("task", {})
+  tasks = [(job, i, address)
+           for job in ("chief", "worker")
+           for i, address in enumerate(cluster.get(job, []))]
+  return tasks, (task.get("type"), int(task.get("index", 0)))
 
 
-def multi_worker_strategy(timeout):
-  """MultiWorkerMirroredStrategy, waiting at most `timeout` seconds for
-  the other tasks of TF_CONFIG to start, and honouring SIGTERM/SIGINT
-  meanwhile.
+def _listening(address, timeout=0.5):
+  host, _, port = address.rpartition(":")
+  try:
+    with socket.create_connection((host, int(port)), timeout=timeout):
+      return True
+  except (OSError, ValueError):
+    return False
 
-  The strategy's constructor blocks in TensorFlow until every task has
-  registered, and a signal's Python handler cannot run until it returns, so
-  it is built on a helper thread while this one waits. A thread blocked
-  inside TensorFlow cannot be stopped: after a timeout or a signal the
-  process must exit (`errors.ClusterTimeout.abandoned_thread`).
+
+def _listen(address):
+  """A plain TCP socket on this task's port, so that peers see it started."""
+  port = int(address.rpartition(":")[2])
+  listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+  listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+  try:
+    listener.bind(("", port))
+  except OSError as e:
+    listener.close()
+    raise StrategyError(
+        f"--strategy=multi_worker_mirrored: cannot listen on this task's port "
+        f"{port} of TF_CONFIG ({e.strerror or e}); is another process using "
+        "it?") from None
+  listener.listen(64)
+  listener.setblocking(False)
+  return listener
+
+
+def wait_for_cluster(timeout, poll=0.25):
+  """Waits, at most `timeout` seconds, until every chief and worker task of
+  TF_CONFIG listens on its port; honours SIGTERM/SIGINT meanwhile.
+
+  MultiWorkerMirroredStrategy's constructor blocks inside TensorFlow, with
+  the GIL held, until every task has registered: a missing task would hang
+  the process for good, deaf to signals. So the tasks meet first in Python:
+  each listens on its own port with a plain socket and polls the others'
+  (a task already past this point listens with TensorFlow's server).
   """
-  box = {}
-
-  def build():
-    try:
-      box["strategy"] = tf.distribute.MultiWorkerMirroredStrategy()
-    except Exception as e:  # pylint: disable=broad-except
-      box["error"] = e
-
-  received = []
-  previous = {}
+  tasks, me = _coordinated_tasks()
+  mine = [a for job, i, a in tasks if (job, i) == me]
+  waiting = {(job, i, a) for job, i, a in tasks if (job, i) != me}
+  if not mine or not waiting:
+    return
+  listener = _listen(mine[0])
+  received, previous = [], {}
   if threading.current_thread() is threading.main_thread():
     for sig in (signal.SIGTERM, signal.SIGINT):
       previous[sig] = signal.signal(
           sig, lambda signum, _: received.append(signal.Signals(signum).name))
-  thread = threading.Thread(target=build, daemon=True, name="cluster-start")
-  thread.start()
   deadline = time.monotonic() + timeout
   try:
-    while thread.is_alive() and not received and time.monotonic() < deadline:
-      thread.join(0.2)
+    while waiting and not received and time.monotonic() < deadline:
+      try:
+        while True:
+          listener.accept()[0].close()  # a peer's probe
+      except BlockingIOError:
+        pass
+      waiting = {t for t in waiting if not _listening(t[2])}
+      time.sleep(poll)
   finally:
+    listener.close()
     for sig, handler in previous.items():
       signal.signal(sig, handler)
-  if "strategy" in box:
-    return box["strategy"]
-  if "error" in box:
+  if received:
+    raise errors.Preempted(
+        f"{received[0]} received while waiting for the tasks of TF_CONFIG; "
+        "nothing was trained: run the same command again")
+  if waiting:
+    missing = ", ".join(f"{job} {i} ({a})" for job, i, a in sorted(waiting))
     raise StrategyError(
-        f"--strategy=multi_worker_mirrored: {errors.first_line(box['error'])}"
-    ) from None
-  missing = ", ".join(_unreachable_tasks()) or "none unreachable by TCP"
-  why = (f"{received[0]} received" if received else
-         f"the other tasks did not all start within --cluster_timeout="
-         f"{timeout}s")
-  error = errors.ClusterTimeout(
-      f"--strategy=multi_worker_mirrored: {why} while waiting for the "
-      f"cluster of TF_CONFIG (not listening: {missing}); start every task "
-      "with the same TF_CONFIG, or raise --cluster_timeout")
-  if received:  # a preemption: nothing was trained, rerun to start
-    error.exit_code, error.prefix = errors.EXIT_PREEMPTED, "preempted"
-  raise error
+        f"--strategy=multi_worker_mirrored: {missing} did not start within "
+        f"--cluster_timeout={timeout}s (nothing listens on its port); start "
+        "every task with the same TF_CONFIG, or raise --cluster_timeout")
 
 
 def build_strategy(tpu="", strategy="auto", cluster_timeout=600):
@@ -247,9 +263,10 @@ def build_strategy(tpu="", strategy="auto", cluster_timeout=600):
     return tpu_strategy(tpu)
   ensure_tf_config()
   if strategy == "multi_worker_mirrored":
+    wait_for_cluster(cluster_timeout)
     # Before anything initializes the TF context: collectives are configured
     # at start-up.
-    return multi_worker_strategy(cluster_timeout)
+    return tf.distribute.MultiWorkerMirroredStrategy()
   gpus = tf.config.list_logical_devices("GPU")
   if strategy == "mirrored" or (strategy == "auto" and len(gpus) > 1):
     devices = gpus or tf.config.list_logical_devices("CPU")

@@ -8,6 +8,7 @@ is a bug of ours and keeps its traceback. This module imports nothing.
 """
 
 import errno
+import re
 
 EXIT_BAD_INPUT = 2
 # EX_TEMPFAIL in sysexits.h: "temporary failure, try again".
@@ -35,14 +36,6 @@ class HandleError(UserError, ValueError):
 
 class StrategyError(UserError, RuntimeError):
   """The requested devices cannot be reached or do not exist."""
-
-
-class ClusterTimeout(StrategyError):
-  """The other tasks of a multi-worker job did not start in time (or a
-  signal came while waiting). The thread that waits inside TensorFlow cannot
-  be stopped, so the command exits at once after reporting."""
-
-  abandoned_thread = True
 
 
 class TrainingError(UserError, RuntimeError):
@@ -114,15 +107,23 @@ def translate(exc):
   keeps its traceback."""
   if isinstance(exc, UserError):
     return exc
-  if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
-    return ResourceError(f"no space left on device: {first_line(exc)}; free "
-                         "disk space (checkpoints already written are "
-                         "intact) and run the same command again")
+  full = (
+      isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EFBIG) or
+      type(exc).__name__ == "OutOfRangeError" and "File too large" in str(exc))
+  if full:  # a full disk, or a file-size limit (ulimit -f, EFBIG)
+    return ResourceError(f"no room to write: {first_line(exc)}; free disk "
+                         "space (checkpoints already written are intact) and "
+                         "run the same command again")
   for cls in type(exc).__mro__:
     if cls.__name__ in _TRANSLATIONS:
       what, fix = _TRANSLATIONS[cls.__name__]
-      return ResourceError(f"{what}: {first_line(exc)}; {fix}")
+      return ResourceError(f"{what + ': ' if what else ''}{first_line(exc)}; "
+                           f"{fix}")
   return None
+
+
+# The op a TensorFlow error came from, prefixed to its message.
+_FUNCTION_NODE = re.compile(r"^\{\{function_node [^}]*\}\}\s*")
 
 
 def first_line(exc, limit=300):
@@ -130,7 +131,7 @@ def first_line(exc, limit=300):
   run to dozens of lines, framed by "Graph execution error:" and the node
   that raised), at most `limit` characters; the type's name if none."""
   for line in str(exc).strip().splitlines():
-    line = line.strip()
+    line = _FUNCTION_NODE.sub("", line.strip())
     if line and not line.startswith(_FRAMING):
       return line[:limit]
   return type(exc).__name__

@@ -18,6 +18,7 @@ from trainer import actions
 from trainer import checkpoints
 from trainer import config as config_lib
 from trainer import distribute
+from trainer import errors
 from trainer import host
 from trainer import input_pipeline
 from trainer import model as model_lib
@@ -110,7 +111,13 @@ def _start(c):
   chief, task_id = distribute.worker_role(strategy)
   shared = run_dir.locations(c)
   out = shared if chief else run_dir.for_worker(c.model_dir, task_id)
-  tf.io.gfile.makedirs(out.model_dir)
+  try:
+    tf.io.gfile.makedirs(out.model_dir)
+  except (tf.errors.OpError, OSError) as e:
+    raise errors.ResourceError(
+        f"cannot create --model_dir={c.model_dir}: {errors.first_line(e)}; "
+        "give a folder you can write (local, or gs:// with network and "
+        "credentials)") from None
   return strategy, chief, shared, out
 
 

@@ -206,14 +206,24 @@ class Lock:
          "minutes") + f"), or delete {self.path} if that run is gone")
 
   def _acquire_local(self):
-    f = open(self.path, "a+", encoding="utf-8")
-    try:
-      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-      f.seek(0)
-      text = f.read()
+    for _ in range(3):
+      f = open(self.path, "a+", encoding="utf-8")
+      try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      except OSError:
+        f.seek(0)
+        text = f.read()
+        f.close()
+        raise self._busy(_parse(text)) from None
+      # The holder before us may have removed the file between our open and
+      # our lock: then we locked a file nobody else will see; again.
+      try:
+        same = os.fstat(f.fileno()).st_ino == os.stat(self.path).st_ino
+      except FileNotFoundError:
+        same = False
+      if same:
+        break
       f.close()
-      raise self._busy(_parse(text)) from None
     f.seek(0)
     f.truncate()
     f.write(json.dumps(self.holder) + "\n")
@@ -250,7 +260,8 @@ class Lock:
 
   def __exit__(self, *exc):
     if self._file:
-      self._file.close()  # releases the flock; the file stays
+      os.remove(self.path)  # while locked: a newcomer then sees a new file
+      self._file.close()
     if self._thread:
       self._stop.set()
       self._thread.join()

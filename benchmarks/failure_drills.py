@@ -1,0 +1,474 @@
+r"""Failure drills: what a user gets for each way a command can go wrong.
+
+    python benchmarks/failure_drills.py [--only=NAME,...] [--output=FILE]
+
+Each drill prepares its files, runs a real command (`python -m trainer.X`)
+in a fresh process, and reports its exit code, its seconds, the one line it
+printed (`error: ...` / `preempted: ...`), and, for drills aimed at a
+finished run, whether that run's files were left intact (every file that
+existed before is byte for byte the same). A drill passes when the exit
+code and the line are the expected ones, no traceback was printed, nothing
+hung (a time limit per drill) and the run is intact. Prints a markdown
+table; exits 1 if a drill failed. tests/drills_test.py runs a few.
+"""
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIME_LIMIT = 240  # seconds: more is a hang
+
+
+@dataclasses.dataclass
+class Result:
+  name: str
+  exit_code: int
+  seconds: float
+  line: str
+  intact: bool | None
+  ok: bool
+
+
+def _env(**extra):
+  env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+  env.pop("TF_CONFIG", None)
+  env.update(extra)
+  return env
+
+
+def _command(module, *args):
+  return [sys.executable, "-m", f"trainer.{module}", *args]
+
+
+def _line(stderr):
+  lines = [
+      s for s in stderr.splitlines() if s.startswith(("error:", "preempted:"))
+  ]
+  return lines[-1] if lines else ""
+
+
+def _snapshot(folder):
+  """{relative path: sha256} of every file under `folder`."""
+  out = {}
+  for root, _, names in os.walk(folder):
+    for name in names:
+      path = os.path.join(root, name)
+      with open(path, "rb") as f:
+        out[os.path.relpath(path,
+                            folder)] = hashlib.sha256(f.read()).hexdigest()
+  return out
+
+
+def _intact(before, folder):
+  after = _snapshot(folder)
+  return all(after.get(path) == digest for path, digest in before.items())
+
+
+class Work:
+  """A drill's folder, with a copy of the finished demo run when asked."""
+
+  def __init__(self, root, base):
+    self.root, self.base = root, base
+
+  def path(self, *parts):
+    return os.path.join(self.root, *parts)
+
+  def write(self, name, data):
+    path = self.path(name)
+    with open(path, "wb" if isinstance(data, bytes) else "w") as f:
+      f.write(data)
+    return path
+
+  def run_copy(self):
+    target = self.path("run")
+    shutil.copytree(self.base, target)
+    return target
+
+
+def _demo(*args):
+  return [
+      "--encoder_handle=demo", "--preprocessor_handle=demo", "--seq_length=32",
+      "--batch_size=16", "--steps_per_loop=5", *args
+  ]
+
+
+def run_command(argv, env=None, preexec_fn=None, timeout=TIME_LIMIT):
+  """(exit code, seconds, stderr); exit code None on a hang."""
+  start = time.monotonic()
+  try:
+    out = subprocess.run(
+        argv,
+        cwd=ROOT,
+        env=env or _env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=preexec_fn,
+        check=False)
+    return out.returncode, time.monotonic() - start, out.stderr
+  except subprocess.TimeoutExpired as e:
+    stderr = e.stderr.decode() if isinstance(e.stderr, bytes) else e.stderr
+    return None, time.monotonic() - start, stderr or ""
+
+
+def _free_ports(n):
+  socks = [socket.socket() for _ in range(n)]
+  for s in socks:
+    s.bind(("127.0.0.1", 0))
+  ports = [s.getsockname()[1] for s in socks]
+  for s in socks:
+    s.close()
+  return ports
+
+
+# --------------------------------------------------------------- special ---
+def _second_trainer(work):
+  """A trainer on a model_dir another trainer holds."""
+  model_dir = work.path("shared")
+  first = subprocess.Popen(
+      _command("main", f"--model_dir={model_dir}",
+               *_demo("--train_steps=5000")),
+      cwd=ROOT,
+      env=_env(),
+      stderr=subprocess.PIPE,
+      text=True)
+  lock = os.path.join(model_dir, ".lock")
+  deadline = time.monotonic() + 120
+  while not os.path.exists(lock) and time.monotonic() < deadline:
+    time.sleep(0.2)
+  time.sleep(2)
+  code, seconds, stderr = run_command(
+      _command("main", f"--model_dir={model_dir}", *_demo("--train_steps=10")))
+  first.send_signal(signal.SIGTERM)
+  first_stderr = first.communicate(timeout=TIME_LIMIT)[1]
+  first_ok = first.returncode == 75 and _line(first_stderr).startswith(
+      "preempted:")
+  return code if first_ok else -1, seconds, stderr
+
+
+def _signal_during(after_line):
+  """A run that gets SIGTERM once its log shows `after_line`, then resumes."""
+
+  def drill(work):
+    model_dir = work.path("run")
+    argv = _command("main", f"--model_dir={model_dir}",
+                    *_demo("--train_steps=40", "--checkpoint_every=0"))
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        argv, cwd=ROOT, env=_env(), stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in proc.stderr:
+      seen.append(line)
+      if after_line in line:
+        proc.send_signal(signal.SIGTERM)
+        break
+    seen.append(proc.communicate(timeout=TIME_LIMIT)[1])
+    seconds = time.monotonic() - start
+    code, _, resumed = run_command(argv)
+    with open(os.path.join(model_dir, "summary.json")) as f:
+      finished = json.load(f)["final_step"] == 40
+    return (proc.returncode if code == 0 and finished else -1, seconds,
+            "".join(seen))
+
+  return drill
+
+
+def _missing_peer(work):
+  ports = _free_ports(2)
+  tf_config = json.dumps(
+      dict(
+          cluster=dict(worker=[f"127.0.0.1:{p}" for p in ports]),
+          task=dict(type="worker", index=0)))
+  return run_command(
+      _command("main", f"--model_dir={work.path('mw')}",
+               "--strategy=multi_worker_mirrored", "--cluster_timeout=5",
+               *_demo("--train_steps=4")),
+      env=_env(TF_CONFIG=tf_config))
+
+
+def _disk_full(work):
+  """A file-size limit (ulimit -f: EFBIG) stands in for a full disk."""
+  model_dir = work.run_copy()
+
+  def limit():
+    resource.setrlimit(resource.RLIMIT_FSIZE, (300_000, 300_000))
+
+  return run_command(
+      _command("main", f"--model_dir={model_dir}",
+               *_demo("--train_steps=20", "--checkpoint_every=5")),
+      preexec_fn=limit)
+
+
+@dataclasses.dataclass
+class Drill:
+  """`argv(work)` -> the command; or `special(work)` -> (code, s, stderr)."""
+
+  name: str
+  exit_code: int
+  message: str
+  argv: object = None
+  special: object = None
+  on_run: bool = False  # aimed at a copy of a finished run: intact?
+  continues_run: bool = False  # a resume that may (must) change the run
+
+
+def _main_on_run(*args):
+  return lambda w: _command("main", f"--model_dir={w.path('run')}",
+                            *_demo("--train_steps=10", *args))
+
+
+def _main_with_file(name, data, *args):
+
+  def argv(w):
+    return _command("main", f"--model_dir={w.path('m')}",
+                    f"--train_file={w.write(name, data)}", *_demo(*args))
+
+  return argv
+
+
+def _export_dir(w):
+  return os.path.join(w.path("run"), "export", "10")
+
+
+DRILLS = [
+    Drill("bad flag value", 2, "--warmup_fraction=1.5 is invalid",
+          lambda w: _command("main", "--warmup_fraction=1.5")),
+    Drill("unknown flag", 2, "Unknown command line flag 'epoch'",
+          lambda w: _command("main", "--epoch=3")),
+    Drill("infinite learning rate", 2, "--learning_rate=inf is invalid",
+          lambda w: _command("main", "--learning_rate=inf")),
+    Drill("NaN weight decay", 2, "--weight_decay=nan is invalid",
+          lambda w: _command("main", "--weight_decay=nan")),
+    Drill("model_dir is a file", 2, "is a file; give a folder",
+          lambda w: _command("main", f"--model_dir={w.write('f', 'x')}")),
+    Drill("model_dir under a file", 2, "cannot create --model_dir=",
+          lambda w: _command("main", f"--model_dir={w.write('f', 'x')}/run")),
+    Drill("gs:// model_dir offline", 2, "cannot create --model_dir=gs://",
+          lambda w: _command("main", "--model_dir=gs://no-bucket-xyz/run")),
+    Drill(
+        "missing handle folder", 2, "--encoder_handle='/nonexistent'",
+        lambda w: _command("main", "--encoder_handle=/nonexistent",
+                           "--preprocessor_handle=/nonexistent")),
+    Drill(
+        "handles swapped", 2, "are the two handles swapped?",
+        lambda w: _command("main", f"--model_dir={w.path('m')}",
+                           f"--encoder_handle={w.base}/../demo/preprocessor",
+                           f"--preprocessor_handle={w.base}/../demo/encoder")),
+    Drill(
+        "TF Hub URL offline", 2, "cannot load --preprocessor_handle=https://",
+        lambda w: _command(
+            "main", f"--model_dir={w.path('m')}", "--encoder_handle=https://"
+            "tfhub.dev/google/experts/bert/wiki_books/sst2/2",
+            "--preprocessor_handle=https://tfhub.dev/tensorflow/"
+            "bert_en_uncased_preprocess/3")),
+    Drill("missing data file", 2, "no such file",
+          lambda w: _command("main", "--train_file=/nonexistent.csv")),
+    Drill("folder as data file", 2, "is a folder; give a CSV/TSV file",
+          lambda w: _command("main", f"--train_file={w.root}")),
+    Drill("binary data file", 2, "is not a text file",
+          _main_with_file("d.csv", b"text,label\n" + bytes(range(256)) * 40)),
+    Drill("UTF-16 data file", 2, "is UTF-16 text; convert it to UTF-8",
+          _main_with_file("d.csv", "text,label\nhi,1\n".encode("utf-16"))),
+    Drill("wrong column", 2, "no column 'text' (--text_column)",
+          _main_with_file("d.csv", "sentence,label\nhi,1\n")),
+    Drill("mostly malformed rows", 2, "rejected (malformed_row",
+          _main_with_file("d.csv", "text,label\n" + "a,1,x\n" * 100)),
+    Drill("one class only", 2, "examples of class 1 only",
+          _main_with_file("d.csv", "text,label\n" + "good,1\n" * 200)),
+    Drill("empty validation carve", 2, "holds no usable row",
+          _main_with_file("d.csv", "text,label\n" + "a,1\nb,0\n" * 5)),
+    Drill(
+        "unknown TFDS name", 2, "--tfds_name=no_such_dataset",
+        lambda w: _command("main", f"--model_dir={w.path('m')}",
+                           "--tfds_name=no_such_dataset")),
+    Drill(
+        "sentiment140 not prepared (offline)", 2,
+        "is not prepared in --data_dir=", lambda w: _command(
+            "main", f"--model_dir={w.path('m')}", "--tfds_name=sentiment140",
+            f"--data_dir={w.path('tfds')}", *_demo())),
+    Drill("TPU address without port", 2, "cannot reach 127.0.0.1:8470",
+          lambda w: _command("main", "--tpu=grpc://127.0.0.1")),
+    Drill("TPU name off Google Cloud", 2, "cannot look up this TPU name",
+          lambda w: _command("main", "--tpu=my-tpu")),
+    Drill(
+        "no TPU here", 2, "this machine has no TPU", lambda w: _command(
+            "main", f"--model_dir={w.path('m')}", "--tpu=local")),
+    Drill(
+        "multi-worker peer never starts",
+        2,
+        "worker 1 (127.0.0.1:",
+        special=_missing_peer),
+    Drill(
+        "resume with other num_classes",
+        2,
+        "--num_classes: 2 -> 3",
+        _main_on_run("--num_classes=3"),
+        on_run=True),
+    Drill(
+        "resume with another encoder",
+        2,
+        "--encoder_handle:",
+        lambda w: _command(
+            "main", f"--model_dir={w.path('run')}",
+            *_demo("--train_steps=10",
+                   f"--encoder_handle={w.base}/../demo/encoder",
+                   f"--preprocessor_handle={w.base}/../demo/preprocessor")),
+        on_run=True),
+    Drill(
+        "resume with more steps (allowed)",
+        0,
+        "",
+        _main_on_run("--train_steps=15"),
+        on_run=True,
+        continues_run=True),
+    Drill(
+        "second trainer on one model_dir",
+        2,
+        "is in use by trainer.main",
+        special=_second_trainer),
+    Drill(
+        "SIGTERM while counting the data",
+        75, "received: stopped after "
+        "step 0",
+        special=_signal_during("Split train:")),
+    Drill(
+        "SIGTERM mid-training",
+        75,
+        "received: stopped after step",
+        special=_signal_during("step 10/40")),
+    Drill(
+        "disk full while saving (file size limit)",
+        2,
+        "no room to write",
+        special=_disk_full),
+    Drill(
+        "predict batch size 0",
+        2,
+        "--batch_size=0 is invalid",
+        lambda w: _command("predict", f"--export_dir={_export_dir(w)}",
+                           "--text=hi", "--batch_size=0"),
+        on_run=True),
+    Drill("predict on a non-export folder", 2, "holds no saved_model.pb",
+          lambda w: _command("predict", f"--export_dir={w.root}", "--text=hi")),
+    Drill(
+        "predict into a missing folder",
+        2,
+        "does not exist; create it",
+        lambda w: _command("predict", f"--export_dir={_export_dir(w)}",
+                           "--text=hi", f"--output_file={w.root}/no/o.csv"),
+        on_run=True),
+    Drill(
+        "evaluate with other num_classes",
+        2,
+        "does not match the export",
+        lambda w: _command("evaluate", f"--export_dir={_export_dir(w)}",
+                           f"--model_dir={w.path('run')}", "--num_classes=3",
+                           "--label_names=a,b,c", "--split=validation"),
+        on_run=True),
+    Drill(
+        "evaluate with no usable row",
+        2,
+        "no usable row to score",
+        lambda w: _command(
+            "evaluate", f"--export_dir={_export_dir(w)}", "--train_file=" + w.
+            write("d.csv", "text,label\nx,7\ny,9\n"), "--split=train"),
+        on_run=True),
+    Drill(
+        "evaluate a run by --model_dir",
+        0,
+        "",
+        lambda w: _command("evaluate", f"--model_dir={w.path('run')}",
+                           "--split=validation"),
+        on_run=True),
+    Drill("export without checkpoints", 2, "no checkpoint to export",
+          lambda w: _command("export", f"--model_dir={w.path('empty')}")),
+]
+
+
+def _prepare(drill, work):
+  if drill.name == "export without checkpoints":
+    os.makedirs(work.path("empty"))
+    with open(work.path("empty", "config.json"), "w") as f:
+      json.dump(dict(config=dict(model_dir=work.path("empty"))), f)
+
+
+def run_drill(drill, work):
+  """Runs one drill in `work`; returns its Result."""
+  _prepare(drill, work)
+  before = _snapshot(work.run_copy()) if drill.on_run else None
+  if drill.special:
+    code, seconds, stderr = drill.special(work)
+  else:
+    code, seconds, stderr = run_command(drill.argv(work))
+  line = _line(stderr)
+  intact = _intact(before, work.path("run")) if drill.on_run else None
+  ok = (
+      code == drill.exit_code and drill.message in line and
+      "Traceback" not in stderr and
+      (intact is not False or drill.continues_run))
+  shown = line or ("" if code == 0 else stderr.strip()[-300:])
+  return Result(drill.name, code, seconds, shown[:300], intact, ok)
+
+
+def base_run(root):
+  """A finished demo run (10 steps, exported) and the demo's assets."""
+  cache = os.path.join(root, "cache")
+  model_dir = os.path.join(root, "base")
+  code, _, stderr = run_command(
+      _command("main", f"--model_dir={model_dir}", f"--demo_cache_dir={cache}",
+               *_demo("--train_steps=10", "--checkpoint_every=5")))
+  if code != 0:
+    raise RuntimeError(f"the base run failed: {stderr[-2000:]}")
+  # Drills reach the demo's handles as <base>/../demo/{encoder,preprocessor}.
+  os.symlink(cache, os.path.join(root, "demo"))
+  return model_dir
+
+
+def run_drills(names=None, root=None):
+  """Runs the drills named (all by default); returns their Results."""
+  root = root or tempfile.mkdtemp(prefix="drills_")
+  selected = [d for d in DRILLS if not names or d.name in names]
+  base = base_run(root)
+  results = []
+  for i, drill in enumerate(selected):
+    work = Work(os.path.join(root, f"drill-{i}"), base)
+    os.makedirs(work.root)
+    results.append(run_drill(drill, work))
+  return results
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--only", default="", help="comma-separated names")
+  parser.add_argument("--output", default="")
+  args = parser.parse_args()
+  names = set(filter(None, args.only.split(",")))
+  results = run_drills(names)
+  print("| drill | exit | seconds | what it printed | run intact | ok |")
+  print("| --- | --- | --- | --- | --- | --- |")
+  for r in results:
+    intact = "-" if r.intact is None else ("yes" if r.intact else "NO")
+    line = r.line.replace("|", "\\|")
+    print(f"| {r.name} | {r.exit_code} | {r.seconds:.1f} | {line} | {intact} "
+          f"| {'yes' if r.ok else 'NO'} |")
+  passed = sum(r.ok for r in results)
+  print(f"\n{passed}/{len(results)} drills as expected")
+  if args.output:
+    with open(args.output, "w") as f:
+      json.dump([dataclasses.asdict(r) for r in results], f, indent=2)
+  sys.exit(0 if passed == len(results) else 1)
+
+
+if __name__ == "__main__":
+  main()
