@@ -1,5 +1,6 @@
 """Where users run: ram:// (a stand-in for gs://), Vertex AI, wheels, doctor."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -7,6 +8,7 @@ import sys
 import sysconfig
 
 from absl import flags
+from absl import logging as absl_logging
 import pytest
 import tensorflow as tf
 
@@ -29,7 +31,19 @@ def _files_under(folder):
       for f in names)
 
 
-def test_end_to_end_on_ram_filesystem(tmp_path, demo_paths, monkeypatch):
+@pytest.fixture
+def info_logging():
+  """absl at INFO, as under the commands and `fit` (outside app.run its
+  default is WARNING)."""
+  verbosity = absl_logging.get_verbosity()
+  absl_logging.set_verbosity(absl_logging.INFO)
+  yield
+  absl_logging.set_verbosity(verbosity)
+
+
+def test_end_to_end_on_ram_filesystem(tmp_path, demo_paths, monkeypatch,
+                                      info_logging):
+  del info_logging
   """Everything through tf.io.gfile: model_dir and data on ram://."""
   cwd = tmp_path / "cwd"
   cwd.mkdir()
@@ -54,8 +68,10 @@ def test_end_to_end_on_ram_filesystem(tmp_path, demo_paths, monkeypatch):
   summary = train_lib.run(c)
   assert summary["final_step"] == 12
   listing = tf.io.gfile.listdir("ram://runs/r1")
-  for name in ("config.json", "summary.json", "data_stats.json"):
+  for name in ("config.json", "summary.json", "data_stats.json", "train.log"):
     assert name in listing, listing
+  with tf.io.gfile.GFile("ram://runs/r1/train.log") as f:
+    assert "Done at step 12" in f.read().splitlines()[-1]
   assert tf.train.latest_checkpoint("ram://runs/r1/checkpoints").endswith(
       "ckpt-12")
   assert tf.io.gfile.glob("ram://runs/r1/summaries/train/events*")
@@ -94,8 +110,9 @@ def test_vertex_ai_variables_choose_the_output_locations(
                                         "aip_ckpt")).endswith("ckpt-10")
   assert tf.io.gfile.glob(str(tmp_path / "aip_tb" / "train" / "events*"))
   assert (tmp_path / "aip_model" / "10" / "saved_model.pb").exists()
-  assert sorted(os.listdir(
-      tmp_path / "run")) == ["config.json", "data_stats.json", "summary.json"]
+  assert sorted(os.listdir(tmp_path / "run")) == [
+      "config.json", "data_stats.json", "summary.json", "train.log"
+  ]
 
 
 def test_cluster_spec_becomes_tf_config(monkeypatch):
@@ -244,3 +261,46 @@ def test_bert_config_round_trip(demo_paths):
   assert config == json.loads(
       bert.BertConfig(vocab_size=len(demo.vocabulary()),
                       **demo.DEMO_BERT).to_json())
+
+
+def test_doctor_reports_what_training_does_about_xla(no_dropout_encoder):
+  """The decision training takes (`launch.prepare`): a foreign encoder
+  trains without XLA, and --jit_compile=true on it fails, as training
+  would; this project's encoder with --jit_compile=true is compiled."""
+
+  class Foreign(tf.Module):  # a TF Hub encoder: no config of ours inside
+
+    def __init__(self, loaded):
+      super().__init__()
+      self.loaded = loaded
+
+    def __call__(self, inputs, training=False):
+      return self.loaded(inputs, training=training)
+
+  foreign = Foreign(tf.saved_model.load(no_dropout_encoder))
+  strategy = tf.distribute.get_strategy()
+  c = config_lib.Config(encoder_handle="gs://b/enc", seq_length=16)
+  unset = doctor.check_xla(c, strategy, foreign)
+  assert unset.ok and unset.detail == (
+      "training runs the step without XLA (--jit_compile unset: off for a "
+      "SavedModel not saved by this project, whose gradient XLA would "
+      "recompile at every step; --jit_compile=true is refused)")
+  refused = doctor.check_xla(
+      dataclasses.replace(c, jit_compile=True), strategy, foreign)
+  assert not refused.ok and refused.detail.startswith(
+      "--jit_compile=true cannot train --encoder_handle=gs://b/enc: XLA "
+      "recompiles the gradient of a loaded SavedModel at every step")
+  own = tf.saved_model.load(no_dropout_encoder)
+  assert doctor.check_xla(c, strategy, own).detail == (
+      "training runs the step without XLA (--jit_compile unset: off on the "
+      "CPU; --jit_compile=true turns it on)")
+
+
+@pytest.mark.xla
+def test_doctor_compiles_the_step_training_would_compile(no_dropout_encoder):
+  own = tf.saved_model.load(no_dropout_encoder)
+  check = doctor.check_xla(
+      config_lib.Config(jit_compile=True, seq_length=16),
+      tf.distribute.get_strategy(), own)
+  assert check.ok and check.detail == (
+      "training compiles the step with XLA (compiled here once)")

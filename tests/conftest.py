@@ -62,8 +62,11 @@ def no_dropout_encoder(tmp_path_factory, demo_paths):
 
 
 def run_module(module, *args, timeout=300):
-  """Runs `python -m module args` from the project root, as a user would."""
-  env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+  """Runs `python -m module args` from the project root, as a user would
+  (with no TF_CPP_MIN_LOG_LEVEL: the trainer sets its own)."""
+  env = dict(os.environ, PYTHONPATH=ROOT)
+  for name in ("TF_CPP_MIN_LOG_LEVEL", "BERT_TRAINER_VERBOSE"):
+    env.pop(name, None)
   return subprocess.run([sys.executable, "-m", module, *args],
                         cwd=ROOT,
                         env=env,

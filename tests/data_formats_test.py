@@ -133,8 +133,8 @@ def test_a_folder_or_a_file_in_the_wrong_place_is_named(tmp_path):
 
 def _original_zip_layout(path):
   """The layout of Sentiment140's trainingandtestdata.zip (no header, every
-  field quoted, ISO-8859-1), filled from the shared sample: 18,000 training
-  rows and 2,000 test rows."""
+  field quoted, ISO-8859-1), filled from the shared sample: 3,600 training
+  rows and 400 test rows."""
   with open(SHARED_CSV, encoding="utf-8") as f:
     rows = list(csv.reader(f))[1:]
 
@@ -144,9 +144,8 @@ def _original_zip_layout(path):
     return out.getvalue().encode("iso-8859-1", errors="replace")
 
   with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
-    z.writestr("training.1600000.processed.noemoticon.csv",
-               member(rows[:18000]))
-    z.writestr("testdata.manual.2009.06.14.csv", member(rows[18000:]))
+    z.writestr("training.1600000.processed.noemoticon.csv", member(rows[:3600]))
+    z.writestr("testdata.manual.2009.06.14.csv", member(rows[3600:4000]))
 
 
 @pytest.mark.slow
@@ -180,9 +179,18 @@ def test_the_real_tfds_builder_prepares_sentiment140_offline(tmp_path):
   assert {
       k: v.num_examples for k, v in builder.info.splits.items()
   } == {
-      "train": 18000,
-      "test": 2000
+      "train": 3600,
+      "test": 400
   }
+  # `trainer.evaluate --tfds_name --split=NAME` reads a split whole.
+  c = config_lib.Config(
+      tfds_name="sentiment140", data_dir=str(tmp_path / "tfds"))
+  test = input_pipeline.count(input_pipeline.whole_split(c, tfds_split="test"))
+  assert test["rows_read"] == 400
+  with pytest.raises(errors.ConfigError) as info:
+    input_pipeline.whole_split(c, tfds_split="validation")
+  assert str(info.value) == ("--split='validation' is invalid: TFDS "
+                             "sentiment140 has splits ['test', 'train']")
   result = run_module("trainer.main", "--tfds_name=sentiment140",
                       f"--data_dir={tmp_path / 'tfds'}",
                       "--encoder_handle=demo", "--preprocessor_handle=demo",
@@ -192,5 +200,5 @@ def test_the_real_tfds_builder_prepares_sentiment140_offline(tmp_path):
   assert result.returncode == 0, result.stderr[-3000:]
   summary = json.load(open(tmp_path / "run" / "summary.json"))
   read = sum(summary[f"data.{s}.rows_read"] for s in ("train", "validation"))
-  assert read == 18000 and summary["data.test.rows_read"] == 2000
+  assert read == 3600 and summary["data.test.rows_read"] == 400
   assert summary["final_step"] == 4

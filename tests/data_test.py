@@ -317,3 +317,23 @@ def test_tfds_imdb_reviews_default_keys_and_identity_labels():
     counts = {k: input_pipeline.count(v) for k, v in splits.items()}
   assert counts["train"]["rows_used"] + counts["validation"]["rows_used"] == 60
   assert not counts["train"]["rejected"]
+
+
+def test_a_tfds_split_by_name_is_read_whole():
+  """`trainer.evaluate --tfds_name --split=NAME`: every row of the split,
+  no carve (a carved validation would hold 10%)."""
+  rows = dict(
+      text=[f"review {i}" for i in range(60)] + [""], label=[0, 1] * 30 + [1])
+  with _mock({"train": rows, "test": rows}):
+    c = config_lib.Config(tfds_name="imdb_reviews")
+    train = input_pipeline.whole_split(c, tfds_split="train")
+    counts = input_pipeline.count(train, num_classes=2)
+  assert train.describe() == "TFDS imdb_reviews split train"
+  assert counts == dict(
+      rows_read=61,
+      rows_used=60,
+      rejected={"empty_text": 1},
+      classes={
+          "0": 30,
+          "1": 30
+      })

@@ -14,6 +14,7 @@ from trainer import config as config_lib
 from trainer import export
 from trainer import input_pipeline
 from trainer import metrics
+from trainer import model as model_lib
 from trainer import preprocessing
 from trainer import sources
 from trainer import train_lib
@@ -180,12 +181,29 @@ def test_predict_end_to_end(run, tmp_path):
   assert len(lines) == 301 and lines[300].startswith("tweet 299,")
 
 
+def _eval_pictures(folder):
+  """{step: {"image": uint8 [H, W, 3], "pr": float32 [6, thresholds]}}
+  from the event files in `folder`."""
+  found = {}
+  for path in tf.io.gfile.glob(os.path.join(folder, "events.out.tfevents*")):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      for value in event.summary.value:
+        if value.tag == "eval/confusion_matrix":
+          png = tf.make_ndarray(value.tensor)[2]
+          found.setdefault(event.step, {})["image"] = tf.io.decode_png(
+              png, channels=3).numpy()
+        elif value.tag == "eval/pr_curve/pr_curves":
+          found.setdefault(event.step, {})["pr"] = tf.make_ndarray(value.tensor)
+  return found
+
+
 @pytest.mark.slow
 def test_evaluate_end_to_end_agrees_with_training_eval(run, tmp_path):
   out = tmp_path / "metrics.json"
   result = run_module("trainer.evaluate", f"--export_dir={run['export_dir']}",
                       f"--model_dir={run['model_dir']}", "--split=validation",
-                      f"--output_file={out}")
+                      f"--output_file={out}",
+                      f"--tensorboard_dir={tmp_path / 'tb'}")
   assert result.returncode == 0, result.stderr[-2000:]
   m = json.loads(out.read_text())
   assert m["examples"] == 1000 and m["rows_read"] == 1000
@@ -196,6 +214,44 @@ def test_evaluate_end_to_end_agrees_with_training_eval(run, tmp_path):
   assert sorted(m["per_class"]) == ["negative", "positive"]
   assert np.array(m["confusion_matrix"]).sum() == 1000
   assert 0.0 <= m["roc_auc"] <= 1.0 and "macro_f1" in m
+  # TensorBoard's pictures, read back from the event files: the run's last
+  # eval (accumulated on the replica) and evaluate's (on the host).
+  (tn, fp), (fn, tp) = m["confusion_matrix"]
+  trained = _eval_pictures(os.path.join(run["model_dir"], "summaries", "eval"))
+  scored = _eval_pictures(str(tmp_path / "tb"))
+  for pictures in (trained[20], scored[0]):
+    assert pictures["image"].shape == (248, 248, 3)
+    curve = pictures["pr"]  # rows: tp, fp, tn, fn, precision, recall
+    assert curve.shape == (6, metrics.PR_BUCKETS + 1)
+    # Threshold 0: all predicted positive; 0.5: the argmax's confusion.
+    assert list(curve[:4, 0]) == [tp + fn, tn + fp, 0, 0]
+    assert list(curve[:4, metrics.PR_BUCKETS // 2]) == [tp, fp, tn, fn]
+    assert list(curve[:4, -1]) == [0, 0, tn + fp, tp + fn]
+  # The same probabilities up to float rounding: a count may move by one
+  # across a bucket edge, no more.
+  assert np.abs(trained[20]["pr"][:4] - scored[0]["pr"][:4]).max() <= 1
+
+
+@pytest.mark.slow
+def test_evaluate_scores_every_row_of_one_labelled_file(run, tmp_path):
+  """`evaluate --export_dir=E --input_file=F`: the whole file (no carve, no
+  training data flags), bad rows excluded and counted by reason."""
+  data = tmp_path / "test.tsv"
+  rows = [
+      f"{'great fun' if i % 2 else 'awful day'} {i}\t{i % 2}"
+      for i in range(300)
+  ]
+  data.write_text("text\tlabel\n" +
+                  "\n".join(rows + ["\t1", "fine\t7", "fine\tx"]) + "\n")
+  result = run_module("trainer.evaluate", f"--export_dir={run['export_dir']}",
+                      f"--input_file={data}")
+  assert result.returncode == 0, result.stderr[-2000:]
+  m = json.loads(result.stdout)
+  assert (m["rows_read"], m["rows_used"], m["examples"]) == (303, 300, 300)
+  assert m["excluded"] == dict(
+      empty_text=1, label_not_in_map=1, label_not_a_number=1)
+  assert (m["split"], m["data"]) == ("input", str(data))
+  assert np.array(m["confusion_matrix"]).sum(axis=1).tolist() == [150, 150]
 
 
 @pytest.mark.slow
@@ -261,3 +317,45 @@ def test_metrics_against_a_hand_computation():
   # .9=3, .7>{.1,.6,.3}=3, .2>{.1}=1 -> 12 of 15.
   assert m["roc_auc"] == pytest.approx(12 / 15)
   assert metrics.roc_auc([0, 1, 1], [0.5, 0.5, 0.9]) == pytest.approx(0.75)
+
+
+def test_pr_curve_against_a_hand_computation():
+  # Buckets of 1/4: p = 0.1 -> 0, 0.3 -> 1, 0.5 -> 2 (the edge is the upper
+  # bucket's), 0.99 and 1.0 -> 3.
+  positive, negative = metrics.pr_histograms([1, 0, 1, 1, 0, 1],
+                                             [0.5, 0.1, 0.99, 0.3, 0.5, 1.0],
+                                             buckets=4)
+  assert positive.tolist() == [0, 1, 1, 2] and negative.tolist() == [1, 0, 1, 0]
+  curve = metrics.pr_curve(positive, negative)
+  assert curve["thresholds"].tolist() == [0, 0.25, 0.5, 0.75, 1]
+  # Predicted positive at threshold t: p >= t.
+  assert curve["true_positive_counts"].tolist() == [4, 4, 3, 2, 0]
+  assert curve["false_positive_counts"].tolist() == [2, 1, 1, 0, 0]
+  assert curve["true_negative_counts"].tolist() == [0, 1, 1, 2, 2]
+  assert curve["false_negative_counts"].tolist() == [0, 0, 1, 2, 4]
+  assert curve["precision"].tolist() == [4 / 6, 4 / 5, 3 / 4, 1, 0]
+  assert curve["recall"].tolist() == [1, 1, 0.75, 0.5, 0]
+
+
+def test_eval_step_counts_match_the_host_metrics(no_dropout_encoder):
+  """The replica's confusion and PR histograms (float32 sums of weights)
+  equal the NumPy ones of the same probabilities; padding counts nothing."""
+  encoder = tf.saved_model.load(no_dropout_encoder)
+  model = model_lib.Classifier(encoder, 2, 0.0, seed=3)
+  rng = np.random.default_rng(0)
+  batch = dict(
+      input_word_ids=tf.constant(rng.integers(5, 60, [24, 16]), tf.int32),
+      input_mask=tf.ones([24, 16], tf.int32),
+      input_type_ids=tf.zeros([24, 16], tf.int32),
+      label=tf.constant(rng.integers(0, 2, [24]), tf.int32),
+      weight=tf.constant([1.0] * 20 + [0.0] * 4))
+  out = train_step.make_eval_step(model, 2)(batch)
+  probabilities = tf.nn.softmax(
+      model(train_step.encoder_inputs(batch), training=False)).numpy()[:20]
+  labels = batch["label"].numpy()[:20]
+  host = metrics.classification_metrics(labels, probabilities, ["a", "b"])
+  assert out["confusion"].numpy().tolist() == host["confusion_matrix"]
+  positive, negative = metrics.pr_histograms(labels, probabilities[:, 1])
+  assert out["positive_histogram"].numpy().tolist() == positive.tolist()
+  assert out["negative_histogram"].numpy().tolist() == negative.tolist()
+  assert float(out["weight_sum"]) == 20.0

@@ -18,7 +18,7 @@ def _main(*args):
   return run_module("trainer.main", *args)
 
 
-def _scalars(folder):
+def _tags(folder):
   tags = set()
   for name in tf.io.gfile.listdir(folder):
     for event in tf.compat.v1.train.summary_iterator(
@@ -54,12 +54,14 @@ def test_end_to_end_then_resume_with_more_steps(tmp_path, demo_paths):
   ckpts = tf.train.get_checkpoint_state(os.path.join(model_dir, "checkpoints"))
   names = [os.path.basename(p) for p in ckpts.all_model_checkpoint_paths]
   assert names == ["ckpt-10", "ckpt-20"]
-  assert _scalars(os.path.join(model_dir, "summaries", "train")) == {
+  assert _tags(os.path.join(model_dir, "summaries", "train")) == {
       "train/loss", "train/learning_rate", "train/grad_norm",
       "train/examples_per_second"
   }
-  assert _scalars(os.path.join(model_dir, "summaries",
-                               "eval")) == {"eval/accuracy", "eval/loss"}
+  assert _tags(os.path.join(model_dir, "summaries", "eval")) == {
+      "eval/accuracy", "eval/loss", "eval/confusion_matrix",
+      "eval/pr_curve/pr_curves"
+  }
   assert "step 20/20" in first.stderr and "examples/s ETA" in first.stderr
 
   second = _main(*common, "--train_steps=30")

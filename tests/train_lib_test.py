@@ -5,6 +5,7 @@ the run folder's JSON, and the Python API in a plain interpreter."""
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -178,12 +179,17 @@ def test_best_keeper_and_evaluator(tmp_path):
 
   def evaluate():
     calls.append(1)
-    return dict(loss=next(losses), accuracy=0.5, examples=10)
+    return dict(
+        loss=next(losses),
+        accuracy=0.5,
+        examples=10,
+        confusion=np.array([[3, 2], [3, 2]]),
+        histograms=(np.arange(200) % 2, np.zeros(200, np.int64)))
 
   best = actions.BestKeeper(
       str(tmp_path), checkpoint, None, "eval/loss", patience=2)
   writer = tf.summary.create_file_writer(str(tmp_path / "eval"))
-  evaluator = actions.Evaluator(evaluate, writer, best)
+  evaluator = actions.Evaluator(evaluate, writer, best, ["neg", "pos"])
   stops = [evaluator(step)[1] for step in (5, 10, 15)]
   assert evaluator(15)[1] is False and len(calls) == 3  # cached
   assert stops == [False, False, False]
@@ -197,7 +203,7 @@ def test_best_keeper_and_evaluator(tmp_path):
 
 
 def test_progress_line():
-  progress = actions.Progress(total=100, batch_size=32)
+  progress = actions.Progress(total=100, batch_size=32, tty=False)
   assert progress.line(
       40, 0.12345, 3e-5,
       64.0) == ("step 40/100 loss 0.1235 lr 3e-05 64.0 examples/s ETA 00:00:30")
@@ -257,6 +263,18 @@ def test_python_api_runs_the_demo_as_the_command_does(tmp_path, demo_paths):
                    f"--demo_cache_dir={demo_paths['root']}", "--train_steps=12",
                    "--deterministic")
   assert cli.returncode == 0, cli.stderr[-3000:]
+  # A quiet run: every line the terminal gets is one of this project's
+  # (TensorFlow's start-up and INFO lines filtered), and train.log holds
+  # those from the lock on.
+  ours = re.compile(r"I\d{4} [\d:.]+ +\d+ (\w+)\.py:\d+\] .+")
+  printed = cli.stderr.splitlines()
+  modules = {m.group(1) for m in map(ours.fullmatch, printed) if m}
+  assert printed and all(ours.fullmatch(line) for line in printed), printed
+  assert modules <= {n[:-3] for n in os.listdir(os.path.join(ROOT, "trainer"))}
+  logged = open(os.path.join(cli_dir, "train.log")).read().splitlines()
+  assert logged == printed[printed.index(logged[0]):]
+  assert [line for line in logged if "step 12/12 loss" in line]
+  assert "Done at step 12: eval accuracy" in logged[-1]
   configs = [
       json.load(open(os.path.join(d, "config.json")))["config"]
       for d in (api_dir, cli_dir)

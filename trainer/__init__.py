@@ -9,6 +9,17 @@ The Python API, for notebooks (Colab) where absl flags are not parsed:
 fields as flags and returns the dict it writes to summary.json.
 """
 
+import sys
+
+from trainer import logs as _logs
+
+# `python -m trainer.X`: while Python imports this package to find X, its
+# argv[0] is "-m" (documented). Only then, before anything imports
+# TensorFlow, are TensorFlow's native start-up lines filtered (trainer.logs);
+# importing `trainer` in a notebook changes nothing of the process.
+if sys.argv[:1] == ["-m"]:
+  _logs.quiet_startup()
+
 
 def __getattr__(name):
   # Loaded on first use, so `python -m trainer.main --help` and the

@@ -1,7 +1,7 @@
 """What happens between training loops (Orbit's `actions` style).
 
 Each action is a small object the loop calls at a loop boundary: the stop
-signals (preemption), the progress line, the train summaries, the
+signals (preemption), the progress line and bar, the train summaries, the
 profiler, and the evaluator with its best-checkpoint keeper. None of them
 runs inside a compiled loop.
 """
@@ -15,9 +15,12 @@ import time
 
 from absl import logging
 import tensorflow as tf
+import tqdm
+import tqdm.contrib
 
 from trainer import errors
 from trainer import run_dir
+from trainer import summaries
 
 
 class StopSignals:
@@ -58,11 +61,25 @@ class StopSignals:
 
 
 class Progress:
-  """Log lines with loss, speed and ETA; a bar on an interactive terminal."""
+  """The progress of a run: a greppable log line at every loop boundary
+  and, on an interactive terminal, a tqdm bar redrawn in place below the
+  log lines (absl's handler writes through tqdm while the bar is up)."""
 
-  def __init__(self, total, batch_size):
+  def __init__(self, total, batch_size, start=0, tty=None):
     self.total, self.batch_size = total, batch_size
-    self.tty = sys.stderr.isatty()
+    self.bar = None
+    if sys.stderr.isatty() if tty is None else tty:
+      self.bar = tqdm.tqdm(
+          total=total,
+          initial=start,
+          unit="step",
+          file=sys.stderr,
+          dynamic_ncols=True,
+          bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} steps "
+          "[{elapsed}<{remaining}]{postfix}")
+      self._streams = _streams()
+      through_bar = tqdm.contrib.DummyTqdmFile(sys.stderr)
+      _set_streams(through_bar, through_bar)
 
   def line(self, step, loss, lr, examples_per_second):
     """`step N/M loss ... lr ... E examples/s ETA HH:MM:SS` (greppable)."""
@@ -72,14 +89,28 @@ class Progress:
             f"{examples_per_second:.1f} examples/s ETA {eta}")
 
   def update(self, step, loss, lr, examples_per_second):
-    line = self.line(step, loss, lr, examples_per_second)
-    if self.tty:
-      done = int(30 * step / self.total)
-      sys.stderr.write(f"\r[{'#' * done}{'.' * (30 - done)}] {line}   ")
-      sys.stderr.flush()
-      if step >= self.total:
-        sys.stderr.write("\n")
-    logging.info(line)
+    logging.info(self.line(step, loss, lr, examples_per_second))
+    if self.bar is not None:
+      self.bar.set_postfix_str(
+          f"loss {loss:.4f}, {examples_per_second:.1f} examples/s",
+          refresh=False)
+      self.bar.update(step - self.bar.n)
+
+  def close(self):
+    if self.bar is not None:
+      self.bar.close()
+      _set_streams(*self._streams)
+      self.bar = None
+
+
+def _streams():
+  """(sys.stderr, absl's stream): where log lines and warnings go."""
+  return sys.stderr, logging.get_absl_handler().python_handler.stream
+
+
+def _set_streams(stderr, absl_stream):
+  sys.stderr = stderr
+  logging.get_absl_handler().python_handler.stream = absl_stream
 
 
 def write_scalars(writer, step, scalars):
@@ -158,14 +189,16 @@ class BestKeeper:
 class Evaluator:
   """Evaluates on the validation split between loops and at the end.
 
-  Logs the metrics, writes `eval/accuracy` and `eval/loss`, and hands them
-  to the best keeper. The same step is never evaluated twice (the final
-  eval reuses the last loop's when they coincide).
+  Logs the metrics, writes `eval/accuracy` and `eval/loss`, the confusion
+  matrix image and (two classes) the PR curve, and hands the metrics to the
+  best keeper. The same step is never evaluated twice (the final eval
+  reuses the last loop's when they coincide).
   """
 
-  def __init__(self, evaluate, writer, best):
-    """`evaluate()` -> dict of loss, accuracy, examples on validation."""
+  def __init__(self, evaluate, writer, best, class_names):
+    """`evaluate()` -> `train_step.evaluate`'s dict, on validation."""
     self._evaluate, self.writer, self.best = evaluate, writer, best
+    self.class_names = class_names
     self._done = {}  # step -> (metrics, stop)
 
   def __call__(self, step):
@@ -180,6 +213,8 @@ class Evaluator:
           "eval/accuracy": metrics["accuracy"],
           "eval/loss": metrics["loss"]
       })
+      summaries.write_eval_pictures(self.writer, step, metrics["confusion"],
+                                    self.class_names, metrics.get("histograms"))
       self._done[step] = (metrics, self.best.update(metrics, step))
     return self._done[step]
 

@@ -19,6 +19,7 @@ from absl import flags
 
 from trainer import config as config_lib
 from trainer import errors
+from trainer import logs
 from trainer import stack
 
 FLAGS = flags.FLAGS
@@ -84,6 +85,8 @@ def guarded(main, check_stack=True):
     problem = check_stack and stack_problem()
     if problem:
       sys.exit(report(errors.UserError(problem)))
+    logs.end_startup()
+    logs.quiet_python(FLAGS.verbosity)
     try:
       return main(argv)
     except Exception as e:  # pylint: disable=broad-except

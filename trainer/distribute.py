@@ -276,6 +276,11 @@ def build_strategy(tpu="", strategy="auto", cluster_timeout=600):
     return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
   logging.info("No accelerator found: training with the default strategy on "
                "the CPU.")
+  if os.path.exists("/dev/nvidia0"):
+    logging.warning(
+        "This machine has an NVIDIA device that TensorFlow cannot use (no "
+        "GPU build of TensorFlow, or its CUDA libraries do not load); "
+        "BERT_TRAINER_VERBOSE=1 shows TensorFlow's own lines on why")
   return tf.distribute.get_strategy()
 
 

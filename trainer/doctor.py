@@ -7,8 +7,9 @@ of its minor version, a supported version, libtpu on a TPU build), that the
 strategy resolves (and how many replicas it has), the handles load and agree
 (vocabulary vs. embedding table, --seq_length vs. position embeddings), the
 data is readable (the first --doctor_rows rows of each split by outcome),
-model_dir is writable and the train step compiles with XLA. Exits 1 when a
-check fails.
+model_dir is writable, and what training would do about XLA (the decision
+training takes; where it compiles the step, the step is compiled once
+here). Exits 1 when a check fails.
 """
 
 import dataclasses
@@ -23,8 +24,8 @@ from trainer import cli
 from trainer import config as config_lib
 from trainer import distribute
 from trainer import errors
-from trainer import host
 from trainer import input_pipeline
+from trainer import launch
 from trainer import model as model_lib
 from trainer import optimization
 from trainer import stack
@@ -147,36 +148,49 @@ def run_checks(c, rows=1000):
   return checks
 
 
+def _without_xla(c, own_encoder):
+  """Why a run of `c` trains the step without XLA."""
+  if c.jit_compile is False:
+    return "--jit_compile=false"
+  if not own_encoder:
+    return ("--jit_compile unset: off for a SavedModel not saved by this "
+            "project, whose gradient XLA would recompile at every step; "
+            "--jit_compile=true is refused")
+  return "--jit_compile unset: off on the CPU; --jit_compile=true turns it on"
+
+
 def check_xla(c, strategy, encoder):
-  """Compiles one replica train step with XLA on a dummy int32 batch."""
+  """What training would do about XLA (`launch.prepare`, the same
+  decision), and with XLA on, whether one replica train step compiles."""
   if distribute.is_tpu(strategy):
     return Check("xla", True, "TPU: the step is compiled at the first loop")
-  problem = (
-      distribute.device_kind(strategy) == "cpu" and host.xla_cpu_problem())
-  if problem:
-    return Check(
-        "xla", True, "not checked: this TensorFlow build has no XLA for the "
-        f"CPU ({problem[:80]}...); training here runs without XLA "
-        "(--jit_compile=true would stop), a TPU compiles the step itself")
   try:
-    model = model_lib.Classifier(encoder, c.num_classes, c.dropout_rate)
+    prepared, route = launch.prepare(c, strategy, encoder)
+  except errors.ConfigError as e:
+    return Check("xla", False, str(e), "see the message")
+  if not route.jit_compile:
+    return Check(
+        "xla", True, "training runs the step without XLA (" +
+        _without_xla(c, model_lib.is_own_encoder(encoder)) + ")")
+  try:
+    model = model_lib.Classifier(prepared, c.num_classes, c.dropout_rate)
     opt = optimization.AdamW(model.trainable_variables,
                              optimization.WarmupLinearDecay(1e-9, 10, 1))
     step = tf.function(
-        train_step.make_train_step(model, opt, 2), jit_compile=True)
+        train_step.make_train_step(model, opt, 2, jit_compile=True))
     zeros = tf.zeros([2, c.seq_length], tf.int32)
     batch = dict(
         input_word_ids=zeros,
         input_mask=tf.ones_like(zeros),
         input_type_ids=zeros,
         label=tf.zeros([2], tf.int32))
-    step.get_concrete_function(batch)  # trace
-    step(batch)  # compile and run once
+    step(batch)  # trace, compile and run once
   except (tf.errors.OpError, ValueError, TypeError) as e:
     return Check("xla", False, f"the train step does not compile: "
                  f"{errors.first_line(e)}",
                  "the encoder uses ops XLA/TPU cannot run")
-  return Check("xla", True, "the train step compiles with XLA")
+  return Check("xla", True,
+               "training compiles the step with XLA (compiled here once)")
 
 
 def main(argv):

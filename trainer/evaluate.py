@@ -1,14 +1,22 @@
 r"""Evaluate an exported model (or a checkpoint) on any data the trainer reads.
 
-    python -m trainer.evaluate --export_dir=DIR --tfds_name=sentiment140
+    python -m trainer.evaluate --export_dir=DIR --input_file=test.csv
+    python -m trainer.evaluate --export_dir=DIR --tfds_name=sentiment140 \
+        --split=test
     python -m trainer.evaluate --model_dir=RUN [--checkpoint=PATH] \
-        --split=test --output_file=metrics.json
+        --split=validation --output_file=metrics.json --tensorboard_dir=TB
 
-Data flags are the trainer's (`--tfds_name`, `--train_file`, `--test_file`,
-`--label_map`, ...). With `--model_dir`, the run's config.json supplies them
-and flags given on the command line override it. Prints and writes JSON with
-accuracy, per-class precision/recall/F1, macro F1, ROC AUC (two classes), the
-confusion matrix (rows: true class) and the rows excluded, by reason.
+`--input_file` scores every row of one labelled file (CSV, TSV, JSONL,
+Parquet, Sentiment140's CSV; the trainer's `--text_column`, `--label_column`,
+`--label_map` read it); with `--tfds_name`, `--split` names any split of the
+dataset, scored whole. Otherwise the data flags are the trainer's and
+`--split` is its validation (carved as the run carved it), test or train.
+With `--model_dir`, the run's config.json supplies them and flags given on
+the command line override it. Prints and writes JSON with accuracy,
+per-class precision/recall/F1, macro F1, ROC AUC (two classes), the
+confusion matrix (rows: true class) and the rows excluded, by reason;
+`--tensorboard_dir` also gets the confusion matrix image and, for two
+classes, the PR curve.
 """
 
 import dataclasses
@@ -26,6 +34,7 @@ from trainer import export
 from trainer import input_pipeline
 from trainer import metrics as metrics_lib
 from trainer import run_dir
+from trainer import summaries
 
 FLAGS = flags.FLAGS
 
@@ -67,14 +76,25 @@ def _serving(c):
   return lambda text: module.serve(text), c.class_names()
 
 
-def evaluate(c, serve, split_name, class_names=None, batch_size=256):
-  """Runs `serve` over a split's usable rows; returns the metrics dict."""
+def data_split(c):
+  """The Split to score: --input_file, a TFDS split by name, or a split of
+  the trainer's data (`input_pipeline.make_splits`)."""
+  if FLAGS.input_file:
+    return input_pipeline.whole_split(c, input_file=FLAGS.input_file)
+  if (c.source_kind == "tfds" and FLAGS.split and
+      FLAGS.split.split("[")[0] in input_pipeline.tfds_split_names(c)):
+    return input_pipeline.whole_split(c, tfds_split=FLAGS.split)
   splits = input_pipeline.make_splits(c)
-  if split_name not in splits:
+  name = FLAGS.split or ("test" if "test" in splits else "validation")
+  if name not in splits:
     raise errors.ConfigError(
-        f"--split={split_name!r} is invalid: this data has splits "
-        f"{sorted(splits)}")
-  split = splits[split_name]
+        f"--split={name!r} is invalid: this data has splits {sorted(splits)}")
+  return splits[name]
+
+
+def evaluate(c, serve, split, class_names=None, batch_size=256):
+  """Runs `serve` over the usable rows of Split `split`; returns the
+  metrics dict (and the probabilities' PR histograms, two classes)."""
   counts = input_pipeline.count(split)
   if not counts["rows_used"]:
     raise errors.DataError(
@@ -87,20 +107,20 @@ def evaluate(c, serve, split_name, class_names=None, batch_size=256):
     out = serve(texts)
     probabilities.append(out["probabilities"].numpy())
     labels.append(batch_labels.numpy())
-  num_classes = c.num_classes
-  probabilities = (
-      np.concatenate(probabilities)
-      if probabilities else np.zeros([0, num_classes]))
-  labels = np.concatenate(labels) if labels else np.zeros([0], np.int64)
+  probabilities = np.concatenate(probabilities)
+  labels = np.concatenate(labels)
   names = class_names or c.class_names()
   result = metrics_lib.classification_metrics(labels, probabilities, names)
   result.update(
-      split=split_name,
+      split=split.name,
       data=split.describe(),
       rows_read=counts["rows_read"],
       rows_used=counts["rows_used"],
       excluded=counts["rejected"])
-  return result
+  histograms = (
+      metrics_lib.pr_histograms(labels, probabilities[:, 1])
+      if len(names) == 2 else None)
+  return result, histograms
 
 
 def define_flags():
@@ -110,8 +130,15 @@ def define_flags():
       "checkpoint", "", "With --model_dir: the checkpoint "
       "('' = best, else newest).")
   flags.DEFINE_string(
-      "split", "", "validation, test or train ('' = test if "
-      "the data has one, else validation).")
+      "input_file", "", "A labelled file to score whole (no carve), read "
+      "with --text_column, --label_column, --label_map, --file_format.")
+  flags.DEFINE_string(
+      "split", "", "validation, test or train ('' = test if the data has "
+      "one, else validation); with --tfds_name, any split of the dataset "
+      "(e.g. test, train[:10%]), scored whole.")
+  flags.DEFINE_string(
+      "tensorboard_dir", "", "Also write the confusion matrix image and "
+      "the PR curve (two classes) here, for TensorBoard.")
   flags.DEFINE_string("output_file", "", "Where to write the JSON ('' = "
                       "stdout only).")
 
@@ -123,16 +150,26 @@ def main(argv):
                              "(a training run: its checkpoint and flags)")
   if FLAGS.output_file:
     run_dir.check_output_file("output_file", FLAGS.output_file)
+  if FLAGS.tensorboard_dir:
+    try:
+      tf.io.gfile.makedirs(FLAGS.tensorboard_dir)
+    except tf.errors.OpError as e:
+      raise errors.ConfigError(
+          f"--tensorboard_dir={FLAGS.tensorboard_dir}: cannot create it "
+          f"({errors.first_line(e)}); write elsewhere") from None
   c = config_lib.validate(_config())
   serve, names = _serving(c)
-  split = FLAGS.split or ("test" if "test" in input_pipeline.make_splits(c) else
-                          "validation")
-  result = evaluate(c, serve, split, names)
+  result, histograms = evaluate(c, serve, data_split(c), names)
   text = json.dumps(result, indent=2, sort_keys=True)
   print(text)
   if FLAGS.output_file:
     with tf.io.gfile.GFile(FLAGS.output_file, "w") as f:
       f.write(text + "\n")
+  if FLAGS.tensorboard_dir:
+    writer = tf.summary.create_file_writer(FLAGS.tensorboard_dir)
+    summaries.write_eval_pictures(writer, 0, result["confusion_matrix"],
+                                  result["class_names"], histograms)
+    writer.close()
 
 
 if __name__ == "__main__":

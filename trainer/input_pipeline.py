@@ -9,8 +9,6 @@ stream from the source through a bounded shuffle buffer.
 """
 
 import dataclasses
-import socket
-import urllib.parse
 
 from absl import logging
 import tensorflow as tf
@@ -80,53 +78,18 @@ TFDS_KEYS = {
 }
 
 
-def _mocked(builder):
-  """Under `tfds.testing.mock_data` nothing is downloaded: its
-  download_and_prepare is the mock's."""
-  prepare = type(builder).download_and_prepare
-  return getattr(prepare, "__module__", "").startswith(
-      "tensorflow_datasets.testing")
-
-
-def _check_download(builder, name, data_dir):
-  """A dataset not prepared in `data_dir` is downloaded by TFDS, which
-  retries an unreachable host for about 3.5 minutes: fail in seconds."""
-  if builder.is_prepared() or _mocked(builder):
-    return
-  for url in sorted(builder.url_infos or {}):
-    parsed = urllib.parse.urlsplit(url)
-    port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    try:
-      socket.create_connection((parsed.hostname, port), timeout=10).close()
-    except OSError as e:
-      raise errors.DataError(
-          f"--tfds_name={name} is not prepared in --data_dir="
-          f"{data_dir or '~/tensorflow_datasets'} and its download host "
-          f"{parsed.hostname} is unreachable ({e.strerror or e}); prepare it "
-          f"where there is network (`tfds build {name} --data_dir=DIR`) and "
-          "point --data_dir at DIR (gs:// works)") from None
-
-
-def _tfds_splits(name, data_dir):
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-  try:
-    builder = tfds.builder(name, data_dir=data_dir)
-    splits = set(builder.info.splits)
-  except Exception as e:  # Unknown name, unreadable data_dir, ...
-    raise errors.DataError(
-        f"--tfds_name={name}: {errors.first_line(e)}") from None
-  _check_download(builder, name, data_dir)
-  return splits
+def _tfds_source(config, split, label_map):
+  default_text, default_label = TFDS_KEYS.get(
+      config.tfds_name.split(":")[0], ("text", "label"))
+  return sources.TfdsSource(config.tfds_name, split, config.data_dir or None,
+                            config.text_key or default_text, config.label_key or
+                            default_label, label_map)
 
 
 def _tfds(config, label_map, carve):
   name, data_dir = config.tfds_name, config.data_dir or None
-  available = _tfds_splits(name, data_dir)
-  default_text, default_label = TFDS_KEYS.get(
-      name.split(":")[0], ("text", "label"))
-  make = lambda split: sources.TfdsSource(name, split, data_dir, config.text_key
-                                          or default_text, config.label_key or
-                                          default_label, label_map)
+  available = sources.tfds_splits(name, data_dir)
+  make = lambda split: _tfds_source(config, split, label_map)
   if "validation" in available:
     splits = dict(
         train=Split("train", make("train")),
@@ -203,6 +166,31 @@ def make_splits(config):
   if test:
     splits["test"] = Split("test", test)
   return splits
+
+
+def tfds_split_names(config):
+  """The splits the TFDS dataset of `config` has (prepared or not)."""
+  return sources.tfds_splits(config.tfds_name, config.data_dir or None)
+
+
+def whole_split(config, input_file="", tfds_split=""):
+  """Every row of one labelled file (`input_file`, read with the Config's
+  column and label flags) or of one TFDS split, never carved: what
+  `trainer.evaluate --input_file` and `--tfds_name --split` score."""
+  if input_file:
+    source = _file_source(config, input_file, "test")
+    if source is None:
+      raise errors.DataError(
+          f"--input_file={input_file}: this zip holds no member named "
+          "'test'; extract the file to score and pass it")
+    return Split("input", source)
+  available = tfds_split_names(config)  # empty: not known before loading
+  if available and tfds_split.split("[")[0] not in available:
+    raise errors.ConfigError(
+        f"--split={tfds_split!r} is invalid: TFDS {config.tfds_name} has "
+        f"splits {sorted(available)}")
+  return Split(tfds_split,
+               _tfds_source(config, tfds_split, config.label_map_for()))
 
 
 def count(split, limit=None, num_classes=0):

@@ -21,6 +21,7 @@ from trainer import distribute
 from trainer import errors
 from trainer import host
 from trainer import input_pipeline
+from trainer import logs
 from trainer import model as model_lib
 from trainer import optimization
 from trainer import plan as plan_lib
@@ -58,9 +59,14 @@ class Run:
   writers: dict
   start_step: int
   lock: object = None
+  log: object = None
 
   def close(self):
-    """Gives `model_dir` back (the chief's lock)."""
+    """Stops the run's log file and gives `model_dir` back (the chief's
+    lock)."""
+    if self.log:
+      logs.close_run_log(self.log)
+      self.log = None
     if self.lock:
       self.lock.__exit__(None, None, None)
       self.lock = None
@@ -229,14 +235,15 @@ def _build(c, strategy, chief, shared, out):
               seed=c.seed,
               jit_compile=route.jit_compile)),
       eval_loop=train_step.make_eval_loop(
-          strategy, train_step.make_eval_step(state.model)),
+          strategy, train_step.make_eval_step(state.model, c.num_classes),
+          c.num_classes),
       evaluator=None,
       writers=writers,
       start_step=state.step)
   best = actions.BestKeeper(out.best, state.checkpoint, state.options,
                             c.early_stopping_metric, c.early_stopping_patience)
   run.evaluator = actions.Evaluator(lambda: run.evaluate("validation"),
-                                    writers["eval"], best)
+                                    writers["eval"], best, c.class_names())
   return run
 
 
@@ -244,15 +251,21 @@ def setup(c, command="trainer.main"):
   """Resolves and builds everything for a run of Config `c` (validated).
 
   The chief holds `model_dir` for the run (`run_dir.Lock`, named after
-  `command`): call `Run.close()` (as `run` does) to give it back.
+  `command`) and appends the run's log lines to model_dir/train.log: call
+  `Run.close()` (as `run` does) to give both back.
   """
   strategy, chief, shared, out = _start(c)
-  lock = run_dir.Lock(c.model_dir, command).__enter__() if chief else None
+  lock = log = None
+  if chief:
+    lock = run_dir.Lock(c.model_dir, command).__enter__()
+    log = logs.open_run_log(out.log_file)
   try:
     run = _build(c, strategy, chief, shared, out)
   except BaseException:
+    if log:
+      logs.close_run_log(log)
     if lock:
       lock.__exit__(None, None, None)
     raise
-  run.lock = lock
+  run.lock, run.log = lock, log
   return run

@@ -66,3 +66,40 @@ def classification_metrics(labels, probabilities, class_names):
   if k == 2:
     out["roc_auc"] = roc_auc(labels, probabilities[:, 1])
   return out
+
+
+# Buckets of the positive class's probability behind the PR curve: bucket b
+# holds p in [b/B, (b+1)/B) (p = 1 in the last), so the curve has B + 1
+# thresholds i/B, evenly spaced over [0, 1] as TensorBoard's are.
+PR_BUCKETS = 200
+
+
+def pr_histograms(labels, positive_probability, buckets=PR_BUCKETS):
+  """(positive, negative): counts per bucket of the positive class's
+  probability, for examples of each true class; computed in float32 as the
+  eval step does."""
+  labels = np.asarray(labels)
+  scaled = np.asarray(positive_probability, np.float32) * np.float32(buckets)
+  bucket = np.minimum(np.floor(scaled).astype(np.int64), buckets - 1)
+  return (np.bincount(bucket[labels == 1], minlength=buckets),
+          np.bincount(bucket[labels != 1], minlength=buckets))
+
+
+def pr_curve(positive, negative):
+  """Counts, precision and recall at thresholds i/B, i = 0..B, from the
+  histograms: an example is predicted positive at threshold t when its
+  probability is >= t. Precision is 0 where nothing is predicted positive
+  (TensorBoard's convention)."""
+  positive = np.asarray(positive, np.float64)
+  negative = np.asarray(negative, np.float64)
+  tp = np.append(np.cumsum(positive[::-1])[::-1], 0.0)
+  fp = np.append(np.cumsum(negative[::-1])[::-1], 0.0)
+  fn, tn = positive.sum() - tp, negative.sum() - fp
+  return dict(
+      thresholds=np.arange(len(tp)) / (len(tp) - 1),
+      true_positive_counts=tp,
+      false_positive_counts=fp,
+      true_negative_counts=tn,
+      false_negative_counts=fn,
+      precision=tp / np.maximum(tp + fp, 1.0),
+      recall=tp / max(positive.sum(), 1.0))

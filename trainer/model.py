@@ -9,9 +9,17 @@ position embeddings) are shared by training, export and `trainer.doctor`.
 
 import dataclasses
 import re
+import warnings
 
 import tensorflow as tf
-import tensorflow_hub as hub
+
+with warnings.catch_warnings():
+  # tensorflow_hub 0.16 imports pkg_resources to compare versions, which
+  # setuptools >= 81 deprecates with a UserWarning at every start; nothing
+  # of tensorflow_hub's behaviour depends on it.
+  warnings.filterwarnings(
+      "ignore", message="pkg_resources is deprecated", category=UserWarning)
+  import tensorflow_hub as hub
 
 from trainer import bert
 from trainer import config as config_lib

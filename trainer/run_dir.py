@@ -52,6 +52,11 @@ class Locations:
     """Row counts per split, cached so a resumed run skips counting."""
     return os.path.join(self.model_dir, "data_stats.json")
 
+  @property
+  def log_file(self):
+    """The run's log lines (every attempt's, appended)."""
+    return os.path.join(self.model_dir, "train.log")
+
   def summary_writer_dir(self, kind):
     """TensorBoard folder of `kind` ("train" or "eval")."""
     return os.path.join(self.summaries, kind)

@@ -15,6 +15,8 @@ source; splits and data order are pure functions of it and the seed.
 
 import bisect
 import dataclasses
+import socket
+import urllib.parse
 
 import numpy as np
 import tensorflow as tf
@@ -65,6 +67,46 @@ def _finish(ds, label_map):
         reason=tf.cast(reason, tf.int32))
 
   return ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def _mocked(builder):
+  """Under `tfds.testing.mock_data` nothing is downloaded: its
+  download_and_prepare is the mock's."""
+  prepare = type(builder).download_and_prepare
+  return getattr(prepare, "__module__",
+                 "").startswith("tensorflow_datasets.testing")
+
+
+def _check_download(builder, name, data_dir):
+  """A dataset not prepared in `data_dir` is downloaded by TFDS, which
+  retries an unreachable host for about 3.5 minutes: fail in seconds."""
+  if builder.is_prepared() or _mocked(builder):
+    return
+  for url in sorted(builder.url_infos or {}):
+    parsed = urllib.parse.urlsplit(url)
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+      socket.create_connection((parsed.hostname, port), timeout=10).close()
+    except OSError as e:
+      raise DataError(
+          f"--tfds_name={name} is not prepared in --data_dir="
+          f"{data_dir or '~/tensorflow_datasets'} and its download host "
+          f"{parsed.hostname} is unreachable ({e.strerror or e}); prepare it "
+          f"where there is network (`tfds build {name} --data_dir=DIR`) and "
+          "point --data_dir at DIR (gs:// works)") from None
+
+
+def tfds_splits(name, data_dir):
+  """The split names TFDS knows for `name` (fails in seconds when the data
+  is not prepared and its download host is unreachable)."""
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  try:
+    builder = tfds.builder(name, data_dir=data_dir)
+    splits = set(builder.info.splits)
+  except Exception as e:  # Unknown name, unreadable data_dir, ...
+    raise DataError(f"--tfds_name={name}: {errors.first_line(e)}") from None
+  _check_download(builder, name, data_dir)
+  return splits
 
 
 @dataclasses.dataclass(frozen=True)

@@ -122,7 +122,11 @@ def train(run, signals):
   """
   state, plan, result = run.state, run.plan, TrainResult()
   signals.check(state, state.step)  # one that came during setup
-  progress = actions.Progress(plan.total_steps, run.config.batch_size)
+  progress = actions.Progress(
+      plan.total_steps,
+      run.config.batch_size,
+      start=state.step,
+      tty=None if run.chief else False)
   # The chief profiles; a worker's trace would be its own host's.
   profiler = actions.Profiler(plan.profile if run.chief else None,
                               run.out.summary_writer_dir("train"))
@@ -144,6 +148,7 @@ def train(run, signals):
         result.stopped_early = True
         break
   finally:
+    progress.close()
     profiler.close()
   return result
 

@@ -8,7 +8,10 @@ loop functions (Orbit's `loop_fns` style) run `num_steps` steps in one
 the loop never retraces; host work happens between their calls.
 """
 
+import numpy as np
 import tensorflow as tf
+
+from trainer import metrics
 
 ENCODER_KEYS = ("input_word_ids", "input_mask", "input_type_ids")
 
@@ -76,26 +79,56 @@ def make_train_step(model,
   return step
 
 
-def make_eval_step(model):
-  """Returns step(batch) -> sums of loss, correct and weight for one replica.
+def eval_layout(num_classes):
+  """(name, shape) of what one eval pass sums: loss, correct and weight;
+  the confusion counts [true, predicted]; for two classes the histograms of
+  the positive class's probability for positive and negative examples
+  (`metrics.PR_BUCKETS` buckets, the PR curve's data)."""
+  layout = [("loss_sum", ()), ("correct_sum", ()), ("weight_sum", ()),
+            ("confusion", (num_classes, num_classes))]
+  if num_classes == 2:
+    layout += [("positive_histogram", (metrics.PR_BUCKETS,)),
+               ("negative_histogram", (metrics.PR_BUCKETS,))]
+  return layout
+
+
+def _pair_counts(true, index, size):
+  """[classes, size]: sums of the rows of `true` by `index` (int32 [b])."""
+  return tf.reduce_sum(
+      true[:, :, None] * tf.one_hot(index, size)[:, None, :], axis=0)
+
+
+def make_eval_step(model, num_classes):
+  """Returns step(batch) -> this replica's sums of `eval_layout`.
 
   Batch as for training plus float32 `weight` [per_replica_batch]: 1 for
   real examples, 0 for the padding that fills the last batch, so every eval
-  example counts exactly once and shapes stay static.
+  example counts exactly once and shapes stay static. Counts are float32
+  sums of weights (exact up to 2**24 examples).
   """
 
   def step(batch):
     logits = model(encoder_inputs(batch), training=False)
-    weight = batch["weight"]
-    loss = _per_example_loss(logits, batch["label"])
-    correct = tf.cast(
-        tf.equal(
-            tf.argmax(logits, axis=-1, output_type=tf.int32), batch["label"]),
-        tf.float32)
-    return dict(
+    weight, label = batch["weight"], batch["label"]
+    loss = _per_example_loss(logits, label)
+    predicted = tf.argmax(logits, axis=-1, output_type=tf.int32)
+    correct = tf.cast(tf.equal(predicted, label), tf.float32)
+    # Weighted one-hot rows of the true class; counts are elementwise sums
+    # (a TPU's float32 matmul would take bfloat16 passes).
+    true = tf.one_hot(label, num_classes) * weight[:, None]
+    out = dict(
         loss_sum=tf.reduce_sum(loss * weight),
         correct_sum=tf.reduce_sum(correct * weight),
-        weight_sum=tf.reduce_sum(weight))
+        weight_sum=tf.reduce_sum(weight),
+        confusion=_pair_counts(true, predicted, num_classes))
+    if num_classes == 2:
+      positive = tf.nn.softmax(tf.cast(logits, tf.float32))[:, 1]
+      bucket = tf.minimum(
+          tf.cast(tf.floor(positive * metrics.PR_BUCKETS), tf.int32),
+          metrics.PR_BUCKETS - 1)
+      counts = _pair_counts(true, bucket, metrics.PR_BUCKETS)  # [2, buckets]
+      out.update(positive_histogram=counts[1], negative_histogram=counts[0])
+    return out
 
   return step
 
@@ -133,32 +166,46 @@ def make_train_loop(strategy, step):
   return train_loop
 
 
-def make_eval_loop(strategy, step):
-  """Returns eval_loop(dataset) -> float32 sums of loss, correct, weight
-  over a distributed eval dataset (every example once)."""
-  keys = ("loss_sum", "correct_sum", "weight_sum")
+def make_eval_loop(strategy, step, num_classes):
+  """Returns eval_loop(dataset) -> the float32 sums of `eval_layout` over
+  a distributed eval dataset (every example once)."""
+  layout = eval_layout(num_classes)
+  sizes = [int(np.prod(shape, dtype=np.int64)) for _, shape in layout]
 
   @tf.function
   def eval_loop(dataset):
-    # A stacked accumulator: autograph leaks tensors of a dict mutated in a
+    # One flat accumulator: autograph leaks tensors of a dict mutated in a
     # `for batch in dataset` loop.
-    totals = tf.zeros([len(keys)])
+    totals = tf.zeros([sum(sizes)])
     for batch in dataset:
       out = strategy.run(step, args=(batch,))
-      totals += tf.stack([
-          strategy.reduce(tf.distribute.ReduceOp.SUM, out[k], axis=None)
-          for k in keys
-      ])
-    return dict(zip(keys, tf.unstack(totals)))
+      totals += tf.concat([
+          tf.reshape(
+              strategy.reduce(tf.distribute.ReduceOp.SUM, out[name], axis=None),
+              [-1]) for name, _ in layout
+      ], 0)
+    parts = tf.split(totals, sizes)
+    return {
+        name: tf.reshape(part, shape)
+        for (name, shape), part in zip(layout, parts)
+    }
 
   return eval_loop
 
 
 def evaluate(eval_loop, dataset):
-  """Mean loss, accuracy and the example count of one eval pass."""
-  totals = {k: float(v) for k, v in eval_loop(dataset).items()}
-  n = max(totals["weight_sum"], 1.0)
-  return dict(
-      loss=totals["loss_sum"] / n,
-      accuracy=totals["correct_sum"] / n,
-      examples=int(round(totals["weight_sum"])))
+  """Mean loss, accuracy, the example count, the confusion matrix (int
+  counts, rows: true class) and, for two classes, the PR histograms
+  (`histograms`: positive, negative) of one eval pass."""
+  totals = {k: v.numpy() for k, v in eval_loop(dataset).items()}
+  n = max(float(totals["weight_sum"]), 1.0)
+  out = dict(
+      loss=float(totals["loss_sum"]) / n,
+      accuracy=float(totals["correct_sum"]) / n,
+      examples=int(round(float(totals["weight_sum"]))),
+      confusion=np.rint(totals["confusion"]).astype(np.int64))
+  if "positive_histogram" in totals:
+    out["histograms"] = tuple(
+        np.rint(totals[k]).astype(np.int64)
+        for k in ("positive_histogram", "negative_histogram"))
+  return out
