@@ -122,7 +122,8 @@ def run_command(argv, env=None, preexec_fn=None, timeout=TIME_LIMIT):
     return None, time.monotonic() - start, stderr or ""
 
 
-def _free_ports(n):
+def free_ports(n):
+  """`n` loopback ports free now (for a cluster of local processes)."""
   socks = [socket.socket() for _ in range(n)]
   for s in socks:
     s.bind(("127.0.0.1", 0))
@@ -185,7 +186,7 @@ def _signal_during(after_line):
 
 
 def _missing_peer(work):
-  ports = _free_ports(2)
+  ports = free_ports(2)
   tf_config = json.dumps(
       dict(
           cluster=dict(worker=[f"127.0.0.1:{p}" for p in ports]),

@@ -2,7 +2,6 @@
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -11,16 +10,8 @@ import pytest
 import tensorflow as tf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _free_ports(n):
-  socks = [socket.socket() for _ in range(n)]
-  for s in socks:
-    s.bind(("127.0.0.1", 0))
-  ports = [s.getsockname()[1] for s in socks]
-  for s in socks:
-    s.close()
-  return ports
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import failure_drills  # noqa: E402  pylint: disable=g-import-not-at-top
 
 
 def _args(demo_paths, encoder, model_dir, strategy):
@@ -62,7 +53,7 @@ def test_two_worker_processes_equal_one_process(tmp_path, demo_paths,
   assert single.returncode == 0, single.stderr[-3000:]
 
   shared = str(tmp_path / "multi")
-  ports = _free_ports(2)
+  ports = failure_drills.free_ports(2)
   cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
   procs = []
   for index in range(2):
