@@ -26,7 +26,7 @@ def test_train_throughput_quick_mode(tmp_path):
   result = subprocess.run([
       sys.executable,
       os.path.join(ROOT, "benchmarks", "train_throughput.py"), "--quick",
-      "--skip=memory", f"--output={output}"
+      "--skip=memory,input", f"--output={output}"
   ],
                           cwd=ROOT,
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
@@ -53,8 +53,8 @@ def test_train_throughput_quick_mode(tmp_path):
       1000 * results["settings"]["batch_size"] *
       (1 / rates["trainer_loop1"] - 1 / rates["trainer_best"]))
   assert results["settings"]["jit_compile"] == {"demo": True, "minilm": False}
-  assert results["host_input_ratio"]["per_core"] > 0
-  # The peak-memory runs (two trainer processes over generated files) are
-  # measured by the program alone (BUILD_NOTES.md, "nothing O(dataset)").
-  assert "peak_rss_mib" not in results
+  # The peak-memory runs (two trainer processes over generated files) and
+  # the pinned host-input processes are measured by the program alone
+  # (BUILD_NOTES.md): here they would double the test's time.
+  assert "peak_rss_mib" not in results and "host_input_ratio" not in results
   assert "| demo | keras_hub |" in result.stdout

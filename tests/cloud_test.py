@@ -64,14 +64,23 @@ def test_end_to_end_on_ram_filesystem(tmp_path, demo_paths, monkeypatch,
       learning_rate=1e-3,
       steps_per_loop=6,
       checkpoint_every=6,
-      validation_fraction=0.2)
+      validation_fraction=0.2,
+      layer_decay=0.5)
   summary = train_lib.run(c)
   assert summary["final_step"] == 12
   listing = tf.io.gfile.listdir("ram://runs/r1")
   for name in ("config.json", "summary.json", "data_stats.json", "train.log"):
     assert name in listing, listing
   with tf.io.gfile.GFile("ram://runs/r1/train.log") as f:
-    assert "Done at step 12" in f.read().splitlines()[-1]
+    log = f.read()
+  assert "Done at step 12" in log.splitlines()[-1]
+  # --layer_decay: the table logged once and kept in config.json.
+  table = ("  embeddings   0.125\n  layer_0      0.25\n  layer_1      0.5\n"
+           "  pooler       0.5\n  head         1\n")
+  assert log.count("Layer-wise learning rates") == 1 and table in log
+  with tf.io.gfile.GFile("ram://runs/r1/config.json") as f:
+    assert json.load(f)["layer_rates"] == dict(
+        embeddings=0.125, layer_0=0.25, layer_1=0.5, pooler=0.5, head=1.0)
   assert tf.train.latest_checkpoint("ram://runs/r1/checkpoints").endswith(
       "ckpt-12")
   assert tf.io.gfile.glob("ram://runs/r1/summaries/train/events*")

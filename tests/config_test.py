@@ -115,6 +115,9 @@ def test_complete_takes_vertex_locations_for_unset_flags():
     ("early_stopping_metric", "eval/f1",
      "choose one of eval/loss, eval/accuracy"),
     ("model_dir", "", "give a folder (local or gs://)"),
+    ("layer_decay", 0.0, "must be in (0, 1]"),
+    ("layer_decay", 1.5, "must be in (0, 1]"),
+    ("grad_accumulation_steps", 0, "must be >= 1"),
 ])
 def test_validation_table(field, value, message):
   c = config_lib.Config(**{field: value})
@@ -169,3 +172,14 @@ def test_make_plan_in_steps():
       match=r"the training split has 10 usable examples, fewer than one "
       r"global batch \(--batch_size=32\)"):
     plan_lib.make_plan(c, train_examples=10)
+
+
+def test_micro_batches_must_split_the_batch_evenly():
+  c = config_lib.Config(batch_size=32, grad_accumulation_steps=3)
+  with pytest.raises(errors.ConfigError) as info:
+    config_lib.check_replicas(c, 2)
+  assert str(info.value) == (
+      "--batch_size=32 is invalid: the global batch must be divisible by "
+      "the 2 replicas x 3 micro-batches; use a multiple of 6")
+  config_lib.check_replicas(
+      config_lib.Config(batch_size=32, grad_accumulation_steps=4), 2)

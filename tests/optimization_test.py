@@ -4,6 +4,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from trainer import bert
+from trainer import demo
+from trainer import errors
+from trainer import layer_decay
 from trainer import optimization
 
 
@@ -42,7 +46,8 @@ def _numpy_adamw(params,
                  clip,
                  b1=0.9,
                  b2=0.999,
-                 eps=1e-6):
+                 eps=1e-6,
+                 factors=None):
   params = [p.copy() for p in params]
   m = [np.zeros_like(p) for p in params]
   v = [np.zeros_like(p) for p in params]
@@ -51,8 +56,8 @@ def _numpy_adamw(params,
     if norm > clip:
       grads = [g * clip / norm for g in grads]
     t = step + 1
-    lr = lr_fn(step)
     for i, g in enumerate(grads):
+      lr = lr_fn(step) * (factors[i] if factors else 1.0)
       m[i] = b1 * m[i] + (1 - b1) * g
       v[i] = b2 * v[i] + (1 - b2) * g * g
       mh = m[i] / (1 - b1**t)
@@ -101,3 +106,102 @@ def test_adamw_matches_numpy_reference_with_decay_exclusion():
       ],
       rtol=1e-5)
   assert min(norms) > 1.0
+
+
+def test_layer_decay_table_of_the_demo_encoder():
+  encoder = bert.BertEncoder(
+      bert.BertConfig(vocab_size=len(demo.vocabulary()), **demo.DEMO_BERT))
+  head = (tf.Variable([[0.0]], name="classifier/kernel"),)
+  factors, table = layer_decay.multipliers(encoder.trainable_variables, head,
+                                           0.5)
+  assert table == {
+      "embeddings": 0.125,
+      "layer_0": 0.25,
+      "layer_1": 0.5,
+      "pooler": 0.5,
+      "head": 1.0
+  }
+  by_name = dict(zip([v.name for v in encoder.trainable_variables], factors))
+  assert by_name["bert_encoder/word_embeddings/embeddings:0"] == 0.125
+  assert by_name["bert_encoder/embeddings_layer_norm/gamma:0"] == 0.125
+  assert by_name[
+      "bert_encoder/transformer_layer_0/self_attention_query/kernel:0"] == 0.25
+  assert by_name["bert_encoder/transformer_layer_1/output/bias:0"] == 0.5
+  assert by_name["bert_encoder/pooler_transform/kernel:0"] == 0.5
+  assert factors[-1] == 1.0 and len(factors) == len(by_name) + 1
+  # 1 = off: every factor 1, no table.
+  assert layer_decay.multipliers(encoder.trainable_variables, head,
+                                 1.0) == ([1.0] * len(factors), {})
+
+
+# Model Garden's BertEncoder variable names, as TF Hub's BERT encoders
+# carry them (three layers).
+HUB_NAMES = [
+    "word_embeddings/embeddings", "position_embedding/embeddings",
+    "type_embeddings/embeddings", "embeddings/layer_norm/gamma",
+    "embeddings/layer_norm/beta"
+] + [
+    f"transformer/layer_{i}/{part}" for i in range(3)
+    for part in ("self_attention/query/kernel",
+                 "self_attention/attention_output/bias",
+                 "self_attention_layer_norm/gamma", "intermediate/kernel",
+                 "output/kernel", "output_layer_norm/beta")
+] + ["pooler_transform/kernel", "pooler_transform/bias"]
+
+
+def test_layer_decay_table_of_tf_hub_naming(tmp_path):
+  """Names as they come back from a SavedModel written with them."""
+  module = tf.Module()
+  module.v = [tf.Variable(tf.zeros([2]), name=n) for n in HUB_NAMES]
+  tf.saved_model.save(module, str(tmp_path))
+  loaded = tf.saved_model.load(str(tmp_path))
+  factors, table = layer_decay.multipliers(loaded.v, (), 0.8)
+  assert table == pytest.approx({
+      "embeddings": 0.8**4,
+      "layer_0": 0.8**3,
+      "layer_1": 0.8**2,
+      "layer_2": 0.8,
+      "pooler": 0.8,
+      "head": 1.0
+  })
+  assert factors == pytest.approx([0.8**4] * 5 + [0.8**3] * 6 + [0.8**2] * 6 +
+                                  [0.8] * 6 + [0.8] * 2)
+
+
+def test_layer_decay_refuses_names_it_cannot_place():
+  odd = [tf.Variable(0.0, name=n) for n in ("encoder/w1", "encoder/w2")]
+  with pytest.raises(errors.ConfigError) as info:
+    layer_decay.multipliers(odd, (), 0.9)
+  assert str(info.value) == (
+      "--layer_decay=0.9 cannot place 2 encoder variables in a layer, e.g. "
+      "['encoder/w1:0', 'encoder/w2:0']: their names follow neither this "
+      "project's nor Model Garden's BERT naming (transformer/layer_<i>/, "
+      "word_embeddings, ...); use --layer_decay=1")
+
+
+def test_adamw_with_layer_rates_matches_numpy_reference():
+  rng = np.random.default_rng(1)
+  init = [rng.normal(size=(3, 4)).astype(np.float32) for _ in range(3)]
+  variables = [tf.Variable(x, name=f"w{i}") for i, x in enumerate(init)]
+  factors = [0.25, 0.5, 1.0]
+  schedule = optimization.WarmupLinearDecay(0.05, total_steps=6, warmup_steps=2)
+  opt = optimization.AdamW(
+      variables,
+      schedule,
+      weight_decay=0.1,
+      clip_norm=1.0,
+      rate_multipliers=factors)
+  grads_seq = [[rng.normal(size=x.shape).astype(np.float32)
+                for x in init]
+               for _ in range(6)]
+  for grads in grads_seq:
+    opt.apply([tf.constant(g) for g in grads])
+  want = _numpy_adamw(
+      init,
+      grads_seq, [True] * 3,
+      lambda s: float(schedule(s)),
+      wd=0.1,
+      clip=1.0,
+      factors=factors)
+  for var, ref in zip(variables, want):
+    np.testing.assert_allclose(var.numpy(), ref, rtol=1e-5, atol=1e-6)

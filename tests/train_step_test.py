@@ -18,10 +18,10 @@ TEXTS = [
 ]
 
 
-def _batch(preprocessor, start=0):
-  texts = tf.constant([TEXTS[(start + i) % len(TEXTS)] for i in range(BATCH)])
+def _batch(preprocessor, start=0, size=BATCH):
+  texts = tf.constant([TEXTS[(start + i) % len(TEXTS)] for i in range(size)])
   batch = preprocessing.make_packer(preprocessor, SEQ)(texts)
-  batch["label"] = tf.constant([(start + i) % 2 for i in range(BATCH)],
+  batch["label"] = tf.constant([(start + i * 3) % 2 for i in range(size)],
                                tf.int32)
   return batch
 
@@ -83,9 +83,13 @@ def test_negative_control_string_preprocessor_inside_step_fails_xla(demo_paths):
   assert int(opt.iterations) == 0
 
 
-def _train(strategy, encoder_path, batches, steps):
+def _train(strategy, encoder_path, batches, steps, accumulation_steps=1):
   model, opt = _build(strategy, encoder_path)
-  step = train_step.make_train_step(model, opt, BATCH)
+  step = train_step.make_train_step(
+      model,
+      opt,
+      int(batches[0]["label"].shape[0]),
+      accumulation_steps=accumulation_steps)
 
   @tf.function
   def run(batch):
@@ -101,17 +105,54 @@ def _train(strategy, encoder_path, batches, steps):
   return losses, weights
 
 
+@pytest.fixture(scope="module")
+def strategies():
+  """One replica and two, made once: a second MirroredStrategy over the
+  same devices in one process would reuse its collective keys."""
+  return (tf.distribute.OneDeviceStrategy("/cpu:0"),
+          tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))
+
+
 @pytest.mark.core
-def test_one_and_two_replicas_give_the_same_loss_and_weights(
-    demo_paths, no_dropout_encoder):
+def test_one_replica_and_two_accumulating_give_the_same_weights(
+    demo_paths, no_dropout_encoder, strategies):
   preprocessor = hub.load(demo_paths["preprocessor"])
   batches = [_batch(preprocessor, start=i) for i in range(5)]
-  one = tf.distribute.OneDeviceStrategy("/cpu:0")
-  two = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+  one, two = strategies
   assert two.num_replicas_in_sync == 2
   loss1, w1 = _train(one, no_dropout_encoder, batches, 5)
-  loss2, w2 = _train(two, no_dropout_encoder, batches, 5)
+  # Two replicas, each accumulating 2 micro-batches of 2 (replica-count
+  # independence at K=1 is multi_worker_test's, with real processes).
+  loss2, w2 = _train(two, no_dropout_encoder, batches, 5, accumulation_steps=2)
   np.testing.assert_allclose(loss1, loss2, atol=1e-5)
   assert loss1[0] != loss1[-1]
   for a, b in zip(w1, w2):
     np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+@pytest.mark.core
+def test_gradient_accumulation_equals_the_whole_batch(demo_paths,
+                                                      no_dropout_encoder,
+                                                      strategies):
+  """K=2 micro-batches of 8 give the weights of one batch of 16 (dropout
+  off); the loss is the whole batch's. (On two replicas: the test above.)"""
+  preprocessor = hub.load(demo_paths["preprocessor"])
+  batches = [_batch(preprocessor, start=i, size=16) for i in range(2)]
+  one, _ = strategies
+  whole_loss, whole = _train(one, no_dropout_encoder, batches, 2)
+  loss, weights = _train(
+      one, no_dropout_encoder, batches, 2, accumulation_steps=2)
+  np.testing.assert_allclose(loss, whole_loss, atol=1e-6)
+  for a, b in zip(weights, whole):
+    np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+@pytest.mark.xla
+def test_accumulating_step_compiles_with_xla(demo_paths):
+  preprocessor = hub.load(demo_paths["preprocessor"])
+  model, opt = _build(tf.distribute.get_strategy(), demo_paths["encoder"])
+  step = tf.function(
+      train_step.make_train_step(model, opt, BATCH, accumulation_steps=4),
+      jit_compile=True)
+  out = step(_batch(preprocessor))
+  assert np.isfinite(float(out["loss"])) and int(opt.iterations) == 1

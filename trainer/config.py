@@ -158,6 +158,13 @@ class Config:
   weight_decay: float = _tunable(
       0.01, "AdamW decoupled weight decay (not on LayerNorm/bias).", None,
       (_finite(lambda v: v >= 0), "must be >= 0"))
+  layer_decay: float = _tunable(
+      1.0, "Layer-wise rate decay: top encoder layer x this, each lower one "
+      "more (1 = off).", None, (_finite(lambda v: 0 < v <= 1), "must be in "
+                                "(0, 1]"))
+  grad_accumulation_steps: int = _tunable(
+      1, "K micro-batches of --batch_size / K per update (--batch_size "
+      "stays the examples per update).", None, _POSITIVE)
   clip_norm: float = _tunable(
       1.0, "Global-norm gradient clipping (0 = off).", None,
       (_finite(lambda v: v >= 0), "must be >= 0 (0 disables clipping)"))
@@ -430,10 +437,14 @@ def validate(c):
 
 
 def check_replicas(c, num_replicas):
-  """Batch sizes must split evenly over the replicas (static TPU shapes)."""
-  for flag in ("batch_size", "eval_batch_size"):
+  """Batch sizes must split evenly over the replicas (static TPU shapes),
+  the training batch also into --grad_accumulation_steps micro-batches."""
+  k = c.grad_accumulation_steps
+  for flag, n in (("batch_size", num_replicas * k), ("eval_batch_size",
+                                                     num_replicas)):
     value = getattr(c, flag)
-    if value and value % num_replicas:
+    micro = f" x {k} micro-batches" if flag == "batch_size" and k > 1 else ""
+    if value and value % n:
       _fail(
           flag, value, f"the global batch must be divisible by the "
-          f"{num_replicas} replicas; use a multiple of {num_replicas}")
+          f"{num_replicas} replicas{micro}; use a multiple of {n}")

@@ -176,14 +176,16 @@ def check_xla(c, strategy, encoder):
     model = model_lib.Classifier(prepared, c.num_classes, c.dropout_rate)
     opt = optimization.AdamW(model.trainable_variables,
                              optimization.WarmupLinearDecay(1e-9, 10, 1))
+    k = c.grad_accumulation_steps  # the while_loop training compiles too
     step = tf.function(
-        train_step.make_train_step(model, opt, 2, jit_compile=True))
-    zeros = tf.zeros([2, c.seq_length], tf.int32)
+        train_step.make_train_step(
+            model, opt, 2 * k, jit_compile=True, accumulation_steps=k))
+    zeros = tf.zeros([2 * k, c.seq_length], tf.int32)
     batch = dict(
         input_word_ids=zeros,
         input_mask=tf.ones_like(zeros),
         input_type_ids=zeros,
-        label=tf.zeros([2], tf.int32))
+        label=tf.zeros([2 * k], tf.int32))
     step(batch)  # trace, compile and run once
   except (tf.errors.OpError, ValueError, TypeError) as e:
     return Check("xla", False, f"the train step does not compile: "

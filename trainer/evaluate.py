@@ -80,6 +80,10 @@ def data_split(c):
   """The Split to score: --input_file, a TFDS split by name, or a split of
   the trainer's data (`input_pipeline.make_splits`)."""
   if FLAGS.input_file:
+    if FLAGS.split:
+      raise errors.ConfigError(
+          "give --input_file (one labelled file, scored whole) or --split, "
+          "not both")
     return input_pipeline.whole_split(c, input_file=FLAGS.input_file)
   if (c.source_kind == "tfds" and FLAGS.split and
       FLAGS.split.split("[")[0] in input_pipeline.tfds_split_names(c)):

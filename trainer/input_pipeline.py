@@ -178,6 +178,10 @@ def whole_split(config, input_file="", tfds_split=""):
   column and label flags) or of one TFDS split, never carved: what
   `trainer.evaluate --input_file` and `--tfds_name --split` score."""
   if input_file:
+    # The file's labels, not the training data's: a run on TFDS
+    # sentiment140 (0/4) scored on a 0/1 file keeps --label_map or the
+    # file's own layout only.
+    config = dataclasses.replace(config, tfds_name="", train_file=input_file)
     source = _file_source(config, input_file, "test")
     if source is None:
       raise errors.DataError(

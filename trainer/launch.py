@@ -64,12 +64,14 @@ class Run:
   def close(self):
     """Stops the run's log file and gives `model_dir` back (the chief's
     lock)."""
-    if self.log:
-      logs.close_run_log(self.log)
-      self.log = None
-    if self.lock:
-      self.lock.__exit__(None, None, None)
-      self.lock = None
+    try:
+      if self.log:
+        logs.close_run_log(self.log)
+        self.log = None
+    finally:
+      if self.lock:
+        self.lock.__exit__(None, None, None)
+        self.lock = None
 
   def eval_data(self, name):
     """The distributed eval stream of split `name` (every row once)."""
@@ -173,10 +175,11 @@ def _state(c, strategy, encoder, plan, out):
       clip_norm=c.clip_norm,
       directory=out.checkpoints,
       keep=c.keep_checkpoints,
+      layer_decay=c.layer_decay,
       io_device=distribute.io_device(strategy))
 
 
-def _write_config(c, out, plan, strategy, route):
+def _write_config(c, out, plan, strategy, route, layer_rates):
   run_dir.write_json(
       out.config_json,
       dict(
@@ -184,7 +187,16 @@ def _write_config(c, out, plan, strategy, route):
           plan=plan.durations(),
           replicas=strategy.num_replicas_in_sync,
           jit_compile=route.jit_compile,
+          layer_rates=layer_rates,
           tensorflow=tf.__version__))
+
+
+def _log_layer_rates(table):
+  """--layer_decay's learning-rate factors, once, as a table."""
+  if table:
+    logging.info(
+        "Layer-wise learning rates (factor of --learning_rate):\n%s", "\n".join(
+            f"  {name:<12} {factor:.4g}" for name, factor in table.items()))
 
 
 def _check_resume(c, shared, out):
@@ -209,7 +221,8 @@ def _build(c, strategy, chief, shared, out):
       plan.steps_per_epoch, plan.warmup_steps)
   state = _state(c, strategy, encoder, plan, out)
   state.resume(shared.checkpoints, chief)
-  _write_config(c, out, plan, strategy, route)
+  _log_layer_rates(state.layer_rates)
+  _write_config(c, out, plan, strategy, route, state.layer_rates)
   writers = {
       kind: tf.summary.create_file_writer(out.summary_writer_dir(kind))
       for kind in ("train", "eval")
@@ -233,7 +246,8 @@ def _build(c, strategy, chief, shared, out):
               state.optimizer,
               c.batch_size,
               seed=c.seed,
-              jit_compile=route.jit_compile)),
+              jit_compile=route.jit_compile,
+              accumulation_steps=c.grad_accumulation_steps)),
       eval_loop=train_step.make_eval_loop(
           strategy, train_step.make_eval_step(state.model, c.num_classes),
           c.num_classes),
@@ -258,8 +272,8 @@ def setup(c, command="trainer.main"):
   lock = log = None
   if chief:
     lock = run_dir.Lock(c.model_dir, command).__enter__()
-    log = logs.open_run_log(out.log_file)
   try:
+    log = logs.open_run_log(out.log_file) if chief else None
     run = _build(c, strategy, chief, shared, out)
   except BaseException:
     if log:

@@ -32,8 +32,10 @@ import os
 import re
 import sys
 import tempfile
+import time
 
 VERBOSE_ENV = "BERT_TRAINER_VERBOSE"
+UPLOAD_SECONDS = 60  # a remote train.log is uploaded at most this often
 # Records name the file of their logging call as Python imported it, which
 # is relative when the package came from a relative sys.path entry (and a
 # test may change directory since): compare with both spellings.
@@ -78,14 +80,19 @@ class StartupWindow:
   """
 
   def __init__(self):
-    self._saved = None
+    self._saved = self._file = None
     try:
       sys.stderr.flush()
       self._file = tempfile.TemporaryFile()
       self._saved = os.dup(2)
       os.dup2(self._file.fileno(), 2)
     except (OSError, ValueError, AttributeError):
-      self._saved = None  # No descriptor 2 (embedded): nothing to filter.
+      # No descriptor 2 (embedded), or no room: nothing is filtered.
+      if self._saved is not None:
+        os.close(self._saved)
+      if self._file is not None:
+        self._file.close()
+      self._saved = None
 
   def close(self):
     if self._saved is None:
@@ -176,8 +183,8 @@ class RunLog(std_logging.Handler):
   """The run's log lines (as the terminal shows them) appended to a file.
 
   A local file is appended to as lines come; a remote one (gs://) is kept
-  in a local copy and uploaded by `flush()` and `close()`, since object
-  stores cannot append.
+  in a local copy and uploaded (object stores cannot append) at most every
+  UPLOAD_SECONDS as lines come, and by `flush()` and `close()`.
   """
 
   def __init__(self, path):
@@ -188,8 +195,10 @@ class RunLog(std_logging.Handler):
     self.remote = "://" in path
     self.setFormatter(logging.PythonFormatter())
     self.addFilter(_filter)
+    self._uploaded = time.monotonic()
     if self.remote:
-      self._local = tempfile.NamedTemporaryFile("a+", suffix=".log")
+      self._local = tempfile.NamedTemporaryFile(
+          "a+", suffix=".log", encoding="utf-8")
       if tf.io.gfile.exists(path):
         with tf.io.gfile.GFile(path) as f:
           self._local.write(f.read())
@@ -199,19 +208,29 @@ class RunLog(std_logging.Handler):
 
   def emit(self, record):
     try:
-      self._stream.write(self.format(record) + "\n")
-      self._stream.flush()
+      self.note(self.format(record))
     except Exception:  # pylint: disable=broad-except
       self.handleError(record)
+
+  def note(self, line):
+    """Appends `line` to the file only (not the terminal)."""
+    self._stream.write(line + "\n")
+    self._stream.flush()
+    if self.remote and time.monotonic() - self._uploaded > UPLOAD_SECONDS:
+      self.flush()  # a killed run keeps all but its last minute
 
   def flush(self):
     if self.remote and self._stream:
       self._stream.flush()
+      self._uploaded = time.monotonic()
       self._gfile.copy(self._local.name, self.path, overwrite=True)
 
   def close(self):
     if self._stream:
-      self.flush()
+      try:
+        self.flush()
+      except Exception as e:  # pylint: disable=broad-except
+        sys.stderr.write(f"warning: could not write {self.path}: {e}\n")
       self._stream.close()
       self._stream = None
     super().close()

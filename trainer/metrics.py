@@ -88,8 +88,9 @@ def pr_histograms(labels, positive_probability, buckets=PR_BUCKETS):
 def pr_curve(positive, negative):
   """Counts, precision and recall at thresholds i/B, i = 0..B, from the
   histograms: an example is predicted positive at threshold t when its
-  probability is >= t. Precision is 0 where nothing is predicted positive
-  (TensorBoard's convention)."""
+  probability is >= t, except at t = 1, which counts none (p = 1 falls in
+  the last bucket with [1 - 1/B, 1)). Precision is 0 where nothing is
+  predicted positive (TensorBoard's convention)."""
   positive = np.asarray(positive, np.float64)
   negative = np.asarray(negative, np.float64)
   tp = np.append(np.cumsum(positive[::-1])[::-1], 0.0)

@@ -49,8 +49,10 @@ class AdamW(tf.Module):
   For each variable w with gradient g at update t (1-based):
     m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
     w -= lr * (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd * w)
-  where wd is 0 for LayerNorm and bias variables. Gradients are clipped to
-  `clip_norm` by global norm first (0 disables clipping).
+  where wd is 0 for LayerNorm and bias variables and lr is the schedule's
+  rate times the variable's `rate_multipliers` factor (layer-wise decay;
+  the decoupled decay uses it too). Gradients are clipped to `clip_norm` by
+  global norm first (0 disables clipping).
 
   Create it under the strategy scope; call `apply` in replica context with
   gradients that are already summed over replicas.
@@ -65,6 +67,7 @@ class AdamW(tf.Module):
                epsilon=1e-6,
                clip_norm=1.0,
                no_decay_pattern=NO_DECAY_PATTERN,
+               rate_multipliers=None,
                name="adamw"):
     super().__init__(name=name)
     self.schedule = schedule
@@ -75,6 +78,12 @@ class AdamW(tf.Module):
         0.0 if re.search(no_decay_pattern, v.name) else weight_decay
         for v in self._variables
     ]
+    # Per-variable learning-rate factors (layer-wise decay), Python floats:
+    # one scalar multiply per variable and update.
+    self.rate_multipliers = list(rate_multipliers or
+                                 [1.0] * len(self._variables))
+    if len(self.rate_multipliers) != len(self._variables):
+      raise ValueError("rate_multipliers must align with the variables")
     with tf.name_scope(name):
       self.iterations = tf.Variable(
           0,
@@ -120,13 +129,15 @@ class AdamW(tf.Module):
     # sqrt(1 - b2^t) gives exactly m_hat / (sqrt(v_hat) + epsilon).
     epsilon = self.epsilon * tf.sqrt(1.0 - beta_2_power)
     updates = []
-    for var, g, m, v, rate in zip(self._variables, grads, self.m, self.v,
-                                  self.decay_rates):
+    for var, g, m, v, rate, factor in zip(self._variables, grads, self.m,
+                                          self.v, self.decay_rates,
+                                          self.rate_multipliers):
+      var_lr = lr if factor == 1.0 else lr * factor
       updates.append(
           strategy.extended.update(
               var,
               self._update_one,
-              args=(g, m, v, lr, beta_1_power, beta_2_power, epsilon, rate),
+              args=(g, m, v, var_lr, beta_1_power, beta_2_power, epsilon, rate),
               group=False))
     with tf.control_dependencies(tf.nest.flatten(updates)):
       return self.iterations.assign_add(1)

@@ -7,6 +7,7 @@ step accumulates on the replicas and `trainer.evaluate` computes on the
 host. `summary.json` is not touched.
 """
 
+from absl import logging
 import numpy as np
 import tensorflow as tf
 
@@ -14,6 +15,7 @@ from trainer import metrics as metrics_lib
 
 _CELL = 64  # pixels
 _MARGIN = 112
+MAX_IMAGE_CLASSES = 30  # beyond, a picture of counts no one can read
 
 
 def _font():
@@ -67,17 +69,28 @@ def confusion_image(confusion, class_names):
   return np.asarray(image, np.uint8)
 
 
+def _image(confusion, class_names):
+  try:
+    pixels = confusion_image(confusion, class_names)
+  except (OSError, ValueError, UnicodeError) as e:  # e.g. a font without
+    logging.warning("No confusion matrix image: %s", e)  # the names' script
+    return
+  tf.summary.image(
+      "eval/confusion_matrix",
+      pixels[None],
+      description="Rows: true class; columns: predicted; shade: share of "
+      "the row.")
+
+
 def write_eval_pictures(writer, step, confusion, class_names, histograms=None):
-  """`eval/confusion_matrix` (image) and, given `histograms` (positive,
-  negative), `eval/pr_curve` into `writer` at `step`."""
+  """`eval/confusion_matrix` (image, up to MAX_IMAGE_CLASSES classes) and,
+  given `histograms` (positive, negative), `eval/pr_curve` into `writer` at
+  `step`."""
   # pylint: disable-next=g-import-not-at-top
   from tensorboard.plugins.pr_curve import summary as pr_summary
   with writer.as_default(step=step):
-    tf.summary.image(
-        "eval/confusion_matrix",
-        confusion_image(confusion, class_names)[None],
-        description="Rows: true class; columns: predicted; shade: share "
-        "of the row.")
+    if len(class_names) <= MAX_IMAGE_CLASSES:
+      _image(confusion, class_names)
     if histograms is not None:
       curve = metrics_lib.pr_curve(*histograms)
       pb = pr_summary.raw_data_pb(

@@ -122,15 +122,15 @@ def train(run, signals):
   """
   state, plan, result = run.state, run.plan, TrainResult()
   signals.check(state, state.step)  # one that came during setup
+  # The chief profiles; a worker's trace would be its own host's.
+  profiler = actions.Profiler(plan.profile if run.chief else None,
+                              run.out.summary_writer_dir("train"))
+  iterator = run.train_data(state.data_position)
   progress = actions.Progress(
       plan.total_steps,
       run.config.batch_size,
       start=state.step,
       tty=None if run.chief else False)
-  # The chief profiles; a worker's trace would be its own host's.
-  profiler = actions.Profiler(plan.profile if run.chief else None,
-                              run.out.summary_writer_dir("train"))
-  iterator = run.train_data(state.data_position)
   try:
     while state.step < plan.total_steps:
       step, position = state.step, state.data_position
@@ -234,6 +234,10 @@ def run(c, command="trainer.main"):
     the_run = setup(c, command)
     try:
       return finish(the_run, train(the_run, signals), signals)
+    except BaseException as e:
+      if the_run.log:  # the terminal gets it from the boundary
+        the_run.log.note(f"stopped: {errors.first_line(e) or type(e).__name__}")
+      raise
     finally:
       the_run.close()
 

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from trainer import checkpoints
 from trainer import errors
+from trainer import layer_decay as layer_decay_lib
 from trainer import model as model_lib
 from trainer import optimization
 
@@ -34,6 +35,7 @@ class TrainState:
                clip_norm,
                directory,
                keep,
+               layer_decay=1.0,
                io_device=None):
     """Creates the state.
 
@@ -43,6 +45,7 @@ class TrainState:
       num_classes, dropout_rate, seed: the classifier head.
       schedule: the learning-rate schedule (`optimization.WarmupLinearDecay`).
       weight_decay, clip_norm: AdamW's.
+      layer_decay: layer-wise learning-rate decay (`layer_decay`; 1 = off).
       directory: where this process writes its rolling checkpoints.
       keep: rolling checkpoints kept.
       io_device: where the checkpoint files are read and written (a TPU's
@@ -51,11 +54,15 @@ class TrainState:
     with strategy.scope():
       self.model = model_lib.Classifier(
           encoder, num_classes, dropout_rate=dropout_rate, seed=seed)
+      factors, self.layer_rates = layer_decay_lib.multipliers(
+          encoder.trainable_variables, (self.model.kernel, self.model.bias),
+          layer_decay)
       self.optimizer = optimization.AdamW(
           self.model.trainable_variables,
           schedule,
           weight_decay=weight_decay,
-          clip_norm=clip_norm)
+          clip_norm=clip_norm,
+          rate_multipliers=factors)
       # Batches skipped after non-finite losses: the data position is
       # step + data_skip, saved with the weights.
       self.data_skip = tf.Variable(

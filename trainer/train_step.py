@@ -30,7 +30,8 @@ def make_train_step(model,
                     optimizer,
                     global_batch_size,
                     seed=0,
-                    jit_compile=False):
+                    jit_compile=False,
+                    accumulation_steps=1):
   """Returns step(batch) -> {"loss", "grad_norm"} for one replica.
 
   `loss` is this replica's share of the global mean loss (its per-example
@@ -46,11 +47,15 @@ def make_train_step(model,
     seed: int, seeds the (stateless) head dropout with the step and replica.
     jit_compile: compile forward and backward with XLA. (TPUs compile the
       whole step with XLA regardless.)
+    accumulation_steps: K; the replica's batch is cut into K micro-batches
+      whose gradients are summed in a `tf.while_loop` before the one
+      all-reduce, clipping and AdamW update (`_accumulate`).
 
   Batch: dict with int32 `input_word_ids`, `input_mask`, `input_type_ids`
   [per_replica_batch, seq_length] and `label` [per_replica_batch].
   """
   variables = model.trainable_variables
+  k = accumulation_steps
 
   def forward_backward(batch, dropout_seed):
     with tf.GradientTape() as tape:
@@ -71,12 +76,42 @@ def make_train_step(model,
         tf.constant(seed, tf.int32) + replica,
         tf.cast(optimizer.iterations, tf.int32)
     ])
-    loss, grads = forward_backward(batch, dropout_seed)
+    if k == 1:
+      loss, grads = forward_backward(batch, dropout_seed)
+    else:
+      loss, grads = _accumulate(forward_backward, batch, dropout_seed, k,
+                                variables)
     grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
     grad_norm = optimizer.apply(grads)
     return dict(loss=loss, grad_norm=grad_norm)
 
   return step
+
+
+def _accumulate(forward_backward, batch, dropout_seed, k, variables):
+  """The summed loss and gradients of `batch` cut into `k` micro-batches,
+  one after the other in a `tf.while_loop` (no Python state: it compiles
+  for TPUs and XLA, and only one micro-batch's activations are alive at a
+  time). Each micro-batch's loss is already divided by the global batch
+  size, so the sums are the whole batch's. Micro-batch i of a replica
+  draws its head dropout with seed (seed + replica) * k + i."""
+  micro = {
+      name: tf.reshape(x, [k, x.shape[0] // k] + x.shape[1:])
+      for name, x in batch.items()
+  }
+  base = dropout_seed * tf.constant([k, 1], tf.int32)
+
+  def body(i, loss, grads):
+    part = {name: x[i] for name, x in micro.items()}
+    part_loss, part_grads = forward_backward(part, base + tf.stack([i, 0]))
+    return (i + 1, loss + part_loss,
+            [a + tf.convert_to_tensor(g) for a, g in zip(grads, part_grads)])
+
+  _, loss, grads = tf.while_loop(
+      lambda i, *_: i < k, body,
+      (tf.constant(0), tf.constant(0.0),
+       [tf.zeros(v.shape, v.dtype) for v in variables]))
+  return loss, grads
 
 
 def eval_layout(num_classes):
@@ -93,9 +128,9 @@ def eval_layout(num_classes):
 
 
 def _pair_counts(true, index, size):
-  """[classes, size]: sums of the rows of `true` by `index` (int32 [b])."""
-  return tf.reduce_sum(
-      true[:, :, None] * tf.one_hot(index, size)[:, None, :], axis=0)
+  """[classes, size]: sums of the rows of `true` by `index` (int32 [b]);
+  O(batch x classes), exact, and static-shaped for TPUs."""
+  return tf.transpose(tf.math.unsorted_segment_sum(true, index, size))
 
 
 def make_eval_step(model, num_classes):
@@ -113,7 +148,7 @@ def make_eval_step(model, num_classes):
     loss = _per_example_loss(logits, label)
     predicted = tf.argmax(logits, axis=-1, output_type=tf.int32)
     correct = tf.cast(tf.equal(predicted, label), tf.float32)
-    # Weighted one-hot rows of the true class; counts are elementwise sums
+    # Weighted one-hot rows of the true class; counts are sums, not matmuls
     # (a TPU's float32 matmul would take bfloat16 passes).
     true = tf.one_hot(label, num_classes) * weight[:, None]
     out = dict(
