@@ -107,10 +107,15 @@ def _train(strategy, encoder_path, batches, steps, accumulation_steps=1):
 
 @pytest.fixture(scope="module")
 def strategies():
-  """One replica and two, made once: a second MirroredStrategy over the
-  same devices in one process would reuse its collective keys."""
+  """One replica and two. The two reduce through one device, not collective
+  ops: collective instance keys restart with every MirroredStrategy, and the
+  process-wide collective executor keeps the shapes an earlier test's
+  strategy sent under the same key (a test-process artefact; a run has one
+  strategy)."""
   return (tf.distribute.OneDeviceStrategy("/cpu:0"),
-          tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))
+          tf.distribute.MirroredStrategy(
+              ["/cpu:0", "/cpu:1"],
+              cross_device_ops=tf.distribute.ReductionToOneDevice()))
 
 
 @pytest.mark.core
