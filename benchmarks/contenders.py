@@ -30,8 +30,17 @@ SIZES = {
             max_position_embeddings=512),
 }
 CONTENDERS = ("trainer_best", "trainer_loop1", "trainer_naive", "trainer_bf16",
-              "keras_recipe", "keras_recipe_spe", "keras_hub")
-PEERS = ("keras_recipe", "keras_recipe_spe", "keras_hub")
+              "keras_recipe", "keras_recipe_spe", "keras_hub", "keras_hub_bf16")
+# Raced only when asked for (--contenders): float16 is for GPUs; on a CPU
+# it is emulated, and says nothing about speed.
+OPTIONAL = ("trainer_fp16", "keras_hub_fp16")
+PEERS = ("keras_recipe", "keras_recipe_spe", "keras_hub")  # float32 peers
+# The precision each contender computes in (for the matmul rate of its MFU).
+PRECISION = dict(
+    trainer_bf16="bfloat16",
+    keras_hub_bf16="bfloat16",
+    trainer_fp16="float16",
+    keras_hub_fp16="float16")
 
 
 def _minilm_vocab():
@@ -230,10 +239,13 @@ class KerasRecipeContender(_Contender):
 class KerasHubContender(_Contender):
   """keras-hub BertTextClassifier, random weights, fit on raw strings."""
 
-  def __init__(self, args, paths):
+  def __init__(self, args, paths, policy="float32"):
     import keras  # pylint: disable=g-import-not-at-top
     import keras_hub  # pylint: disable=g-import-not-at-top
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    # mixed_bfloat16 / mixed_float16: Keras 3's own mixed precision (float32
+    # variables; fit scales the loss for float16 itself).
+    keras.mixed_precision.set_global_policy(policy)
     config = paths["config"]
     texts, labels = read_texts(args.csv, 4096)
     with open(paths["vocab"], encoding="utf-8") as f:
@@ -264,8 +276,8 @@ class KerasHubContender(_Contender):
 def make_contender(name, args, paths):
   if name == "trainer_best":
     return TrainerContender(args, paths, args.steps_per_loop, args.jit_compile)
-  if name == "trainer_bf16":
-    args.precision = "bfloat16"
+  if name in ("trainer_bf16", "trainer_fp16"):
+    args.precision = PRECISION[name]
     return TrainerContender(args, paths, args.steps_per_loop, args.jit_compile)
   if name == "trainer_loop1":
     return TrainerContender(args, paths, 1, args.jit_compile)
@@ -277,4 +289,6 @@ def make_contender(name, args, paths):
     return KerasRecipeContender(args, paths, args.steps_per_loop)
   if name == "keras_hub":
     return KerasHubContender(args, paths)
+  if name in ("keras_hub_bf16", "keras_hub_fp16"):
+    return KerasHubContender(args, paths, f"mixed_{PRECISION[name]}")
   raise ValueError(name)

@@ -422,9 +422,10 @@ def run_drill(drill, work):
   return Result(drill.name, code, seconds, shown[:300], intact, ok)
 
 
-def base_run(root):
-  """A finished demo run (10 steps, exported) and the demo's assets."""
-  cache = os.path.join(root, "cache")
+def base_run(root, cache=None):
+  """A finished demo run (10 steps, exported) and the demo's assets (built
+  under `root`, or those of the demo cache folder `cache`)."""
+  cache = cache or os.path.join(root, "cache")
   model_dir = os.path.join(root, "base")
   code, _, stderr = run_command(
       _command("main", f"--model_dir={model_dir}", f"--demo_cache_dir={cache}",
@@ -436,11 +437,12 @@ def base_run(root):
   return model_dir
 
 
-def run_drills(names=None, root=None):
-  """Runs the drills named (all by default); returns their Results."""
+def run_drills(names=None, root=None, demo_cache=None):
+  """Runs the drills named (all by default); returns their Results.
+  `demo_cache`: a demo cache folder already built (else one is built)."""
   root = root or tempfile.mkdtemp(prefix="drills_")
   selected = [d for d in DRILLS if not names or d.name in names]
-  base = base_run(root)
+  base = base_run(root, demo_cache)
   results = []
   for i, drill in enumerate(selected):
     work = Work(os.path.join(root, f"drill-{i}"), base)

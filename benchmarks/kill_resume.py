@@ -1,7 +1,7 @@
 r"""Kill-and-resume reliability: do killed-and-restarted runs end identical?
 
     python benchmarks/kill_resume.py --trials=20 [--seed=0] [--steps=120] \
-        [--grad_accumulation_steps=K]
+        [--grad_accumulation_steps=K] [--precision=float16]
 
 Runs the demo configuration with --deterministic once without interruption,
 then K trials: each starts the same run in a fresh model_dir, SIGKILLs it
@@ -27,13 +27,17 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _command(model_dir, steps, demo_cache_dir, accumulation=1):
+def _command(model_dir,
+             steps,
+             demo_cache_dir,
+             accumulation=1,
+             precision="float32"):
   cmd = [
       sys.executable, "-m", "trainer.main", f"--model_dir={model_dir}",
       "--deterministic", f"--train_steps={steps}", "--batch_size=16",
       f"--grad_accumulation_steps={accumulation}", "--seq_length=32",
-      "--steps_per_loop=4", "--checkpoint_every=4", "--eval_every=0",
-      "--export=false", "--keep_checkpoints=2"
+      f"--precision={precision}", "--steps_per_loop=4", "--checkpoint_every=4",
+      "--eval_every=0", "--export=false", "--keep_checkpoints=2"
   ]
   if demo_cache_dir:
     cmd.append(f"--demo_cache_dir={demo_cache_dir}")
@@ -108,6 +112,10 @@ def main():
       type=int,
       default=1,
       help="micro-batches per update (the trainer's flag)")
+  parser.add_argument(
+      "--precision",
+      default="float32",
+      help="The run's --precision (float16: the loss scale is resumed too).")
   parser.add_argument("--demo_cache_dir", default="")
   parser.add_argument("--work_dir", default="")
   args = parser.parse_args()
@@ -118,7 +126,7 @@ def main():
   started = time.monotonic()
   _run_to_end(
       _command(reference, args.steps, args.demo_cache_dir,
-               args.grad_accumulation_steps))
+               args.grad_accumulation_steps, args.precision))
   wall = time.monotonic() - started
   want = _final_weights(reference)
   print(f"reference: {args.steps} steps uninterrupted in {wall:.1f}s, "
@@ -129,7 +137,7 @@ def main():
   for trial in range(args.trials):
     model_dir = os.path.join(work, f"trial-{trial}")
     cmd = _command(model_dir, args.steps, args.demo_cache_dir,
-                   args.grad_accumulation_steps)
+                   args.grad_accumulation_steps, args.precision)
     events = []
     for _ in range(rng.randint(1, 3)):
       mode = "checkpoint" if rng.random() < args.checkpoint_share else "random"

@@ -26,6 +26,11 @@ warms up once, then runs timed chunks on command; the parent alternates them
   trainer_bf16   trainer_best with --precision=bfloat16 (bfloat16 matmuls,
                  float32 variables and loss: bert.NativeEncoder);
                  its ratio to trainer_best is `bf16_speedup` in the JSON
+  keras_hub_bf16 keras_hub under Keras 3's `mixed_bfloat16` policy; the
+                 ratio trainer_bf16 / keras_hub_bf16 is `bf16_vs_keras_hub`
+Only when named in --contenders (float16 is emulated on CPUs):
+  trainer_fp16   trainer_best with --precision=float16 (dynamic loss scale)
+  keras_hub_fp16 keras_hub under `mixed_float16`
 
 Every contender gets the same global batch, sequence length, float32 and
 text (the real tweets in ../shared/data/sentiment140_sample.csv, else
@@ -34,7 +39,8 @@ SavedModel. Sizes: `demo` (the embedded encoder) and `minilm` (6 layers,
 hidden 384, 12 heads, intermediate 1536: the all-MiniLM-L6 shape).
 
 The contenders live in benchmarks/contenders.py. Also measured: the float32
-matmul rate of this machine (for model FLOPs utilization), host input
+and bfloat16 matmul rates of this machine (model FLOPs utilization, MFU, is
+against the rate of the precision the contender computes in), host input
 throughput per core against what the train step consumes, per-step overhead
 (steps_per_loop 1 vs 100, demo encoder), and peak resident memory of a
 training run over a 20,000-row file and over a generated 1,600,000-row file
@@ -92,16 +98,16 @@ def worker(args):
 
 
 # -------------------------------------------------------- measurements ----
-def matmul_flops(seconds=4.0):
-  """float32 matmul FLOP/s of this machine (TF, all cores): the best of
+def matmul_flops(seconds=4.0, dtype="float32"):
+  """`dtype` matmul FLOP/s of this machine (TF, all cores): the best of
   square products and the encoder's own [batch*seq, h] x [h, i] shapes."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   best = 0.0
   shapes = ((1024, 1024, 1024), (2048, 2048, 2048), (4096, 384, 1536),
             (4096, 1536, 384))
   for m, k, n in shapes:
-    a = tf.random.normal([m, k])
-    b = tf.random.normal([k, n])
+    a = tf.cast(tf.random.normal([m, k]), dtype)
+    b = tf.cast(tf.random.normal([k, n]), dtype)
     # Reduced in the graph, so no product is copied out to NumPy.
     f = tf.function(lambda a, b: tf.reduce_sum(tf.matmul(a, b)))
     f(a, b).numpy()
@@ -333,14 +339,27 @@ def race_sizes(args, sizes, workdir, results):
       results["ratio_vs_best_peer"][size] = ours / max(peers)
     flops = training_flops_per_example(paths["config"], args.seq_length)
     results["flops_per_example"][size] = flops
-    if ours:
-      results["mfu"][size] = ours * flops / results["matmul_flops_per_second"]
+    results["mfu"][size] = {
+        name: rate * flops / matmul_rate(results, name)
+        for name, rate in rates.items()
+    }
     if ours and "trainer_bf16" in rates:
       results["bf16_speedup"][size] = rates["trainer_bf16"] / ours
+    if "trainer_bf16" in rates and "keras_hub_bf16" in rates:
+      results["bf16_vs_keras_hub"][size] = (
+          rates["trainer_bf16"] / rates["keras_hub_bf16"])
     if size == "demo" and "trainer_loop1" in rates and ours:
       # Per-step host overhead: time per step saved by steps_per_loop.
       results["per_step_overhead_ms"] = 1000 * args.batch_size * (
           1 / rates["trainer_loop1"] - 1 / ours)
+
+
+def matmul_rate(results, contender):
+  """The matmul FLOP/s of the precision `contender` computes in (float16:
+  the float32 rate; no CPU here has float16 units worth measuring)."""
+  if contenders.PRECISION.get(contender) == "bfloat16":
+    return results["bfloat16_matmul_flops_per_second"]
+  return results["matmul_flops_per_second"]
 
 
 def measure_host_input(args, sizes, workdir, results):
@@ -402,8 +421,11 @@ def main():
       ratio_vs_best_peer={},
       mfu={},
       bf16_speedup={},
+      bf16_vs_keras_hub={},
       flops_per_example={},
-      matmul_flops_per_second=matmul_flops(1.0 if args.quick else 8.0))
+      matmul_flops_per_second=matmul_flops(1.0 if args.quick else 8.0),
+      bfloat16_matmul_flops_per_second=matmul_flops(1.0 if args.quick else 8.0,
+                                                    "bfloat16"))
   race_sizes(args, sizes, workdir, results)
   if "input" not in args.skip.split(","):
     measure_host_input(args, sizes, workdir, results)
@@ -419,22 +441,27 @@ def report(results):
   print(f"machine: {results['machine']}")
   s = results["settings"]
   print(f"settings: {json.dumps(s)}")
-  print(f"float32 matmul: {results['matmul_flops_per_second'] / 1e9:.1f} "
-        "GFLOP/s\n")
-  print("| encoder | contender | examples/s | vs trainer_best | MFU |")
-  print("| --- | --- | --- | --- | --- |")
+  print(f"matmul: float32 {results['matmul_flops_per_second'] / 1e9:.1f} "
+        "GFLOP/s, bfloat16 "
+        f"{results['bfloat16_matmul_flops_per_second'] / 1e9:.1f} GFLOP/s\n")
+  print("| encoder | contender | precision | examples/s | vs trainer_best | "
+        "MFU (of its precision's matmul rate) |")
+  print("| --- | --- | --- | --- | --- | --- |")
   for size, rates in results["examples_per_second"].items():
     best = rates.get("trainer_best")
-    flops = results["flops_per_example"][size]
     for name, rate in rates.items():
-      mfu = rate * flops / results["matmul_flops_per_second"]
+      mfu = results["mfu"][size][name]
       vs = f"{rate / best:.2f}x" if best else "-"
-      print(f"| {size} | {name} | {rate:.1f} | {vs} | {mfu:.1%} |")
+      precision = contenders.PRECISION.get(name, "float32")
+      print(f"| {size} | {name} | {precision} | {rate:.1f} | {vs} | "
+            f"{mfu:.1%} |")
   print()
   for size, ratio in results["ratio_vs_best_peer"].items():
-    print(f"{size}: trainer_best / best peer = {ratio:.2f}x")
+    print(f"{size}: trainer_best / best float32 peer = {ratio:.2f}x")
   for size, ratio in results["bf16_speedup"].items():
     print(f"{size}: bfloat16 / float32 (trainer) = {ratio:.2f}x")
+  for size, ratio in results["bf16_vs_keras_hub"].items():
+    print(f"{size}: trainer_bf16 / keras_hub_bf16 = {ratio:.2f}x")
   if "per_step_overhead_ms" in results:
     print("per-step host overhead saved by steps_per_loop="
           f"{s['steps_per_loop']['demo']} (demo): "

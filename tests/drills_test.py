@@ -34,10 +34,10 @@ QUICK = ("unknown flag", "resume with other num_classes",
 
 
 @pytest.fixture(scope="module")
-def drills(tmp_path_factory):
+def drills(tmp_path_factory, demo_paths):
   return {
       r.name: r for r in failure_drills.run_drills(
-          QUICK, str(tmp_path_factory.mktemp("drills")))
+          QUICK, str(tmp_path_factory.mktemp("drills")), demo_paths["root"])
   }
 
 

@@ -107,7 +107,7 @@ def test_missing_handle_is_a_clear_error(tmp_path):
     ("validation_fraction", 1.0, "must be in (0, 1)"),
     ("train_file", "/nonexistent/x.csv", "no such file"),
     ("preprocessor_handle", "/nonexistent", "no such folder"),
-    ("precision", "float16", "choose one of float32, bfloat16"),
+    ("precision", "half", "choose one of float32, bfloat16, float16, auto"),
     ("profile_steps", "7", "give FIRST,LAST steps with 0 < FIRST <= LAST"),
     ("profile_steps", "9,7", "give FIRST,LAST steps with 0 < FIRST <= LAST"),
     ("profile_steps", "0,a", "give FIRST,LAST steps with 0 < FIRST <= LAST"),

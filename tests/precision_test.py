@@ -1,4 +1,4 @@
-"""--precision=bfloat16: mixed precision where the encoder allows it.
+"""--precision: bfloat16, float16 and auto where the encoder allows them.
 
 This project's own encoders are rebuilt with bfloat16 matmuls
 (`bert.NativeEncoder`); other SavedModels can only get oneDNN's graph
@@ -86,6 +86,16 @@ _NO_XLA = "could not find registered transfer manager for platform Host"
          (False, False, False, False, "precision: bfloat16 (the TPU's")),
         (("bfloat16", False, "cpu", False, AMX),
          (False, False, False, True, "precision: bfloat16 via oneDNN")),
+        (("float16", None, "cpu", True, AVX2),
+         (False, True, False, False, "precision: float16 matmuls in the "
+          "encoder (float32 variables, softmax, layer norms, loss and "
+          "logits); dynamic loss scaling (2**15 to start, x2 after 2000 "
+          "good steps); float16 on a CPU is emulated")),
+        (("float16", None, "gpu", True, AVX2),
+         (True, True, True, False, "precision: float16 matmuls")),
+        (("float16", None, "gpu", False, AVX2),
+         (False, False, False, False, "precision: float16 via grappler's "
+          "CUDA auto-mixed-precision rewrite")),
     ])
 def test_route_table(args, want):
   """precision.choose: the facts in, the route and its log line out."""
@@ -95,6 +105,39 @@ def test_route_table(args, want):
           route.onednn_rewrite) == want[:4]
   assert route.note.startswith(want[4]), route.note
   assert route.precision == p
+  assert route.loss_scaling == (p == "float16")
+  assert route.cuda_float16_rewrite == (p == "float16" and not own)
+
+
+@pytest.mark.parametrize(
+    "device,flags,capability,own,want,reason",
+    [
+        ("tpu", AVX2, None, False, "bfloat16", "a TPU"),
+        ("gpu", AVX2, (8, 0), True, "bfloat16", "a GPU of compute "
+         "capability 8.0 (>= 8.0"),
+        ("gpu", AVX2, (7, 5), True, "float16", "a GPU of compute "
+         "capability 7.5 (< 8.0"),
+        ("gpu", AVX2, (7, 0), False, "float16", "a GPU of compute "
+         "capability 7.0"),
+        ("cpu", AMX, None, True, "bfloat16", "a CPU with AMX"),
+        ("cpu", AMX, None, False, "bfloat16", "a CPU with AMX"),
+        ("cpu", AVX2, None, True, "float32", "a CPU without AMX"),
+        # A foreign SavedModel on an A100: bfloat16 has no route there.
+        ("gpu", AVX2, (8, 0), False, "float32", "a GPU of compute "
+         "capability 8.0 (>= 8.0 has bfloat16 tensor cores), but bfloat16 "
+         "does not apply: --precision=bfloat16 cannot apply"),
+    ])
+def test_auto_picks_by_hardware_and_says_why(device, flags, capability, own,
+                                             want, reason):
+  route = precision_lib.choose_auto(
+      device=device,
+      own_encoder=own,
+      cpu_flags=flags,
+      gpu_capability=capability,
+      jit_compile=None,
+      encoder_handle="HANDLE")
+  assert route.precision == want
+  assert f"(--precision=auto: {reason}" in route.note, route.note
 
 
 @pytest.mark.parametrize("args,message", [
@@ -110,6 +153,10 @@ def test_route_table(args, want):
     (("float32", True, "cpu", True, AVX2),
      "--jit_compile=true cannot run here: this TensorFlow build has no "
      f"XLA backend for the CPU ({_NO_XLA})"),
+    (("float16", None, "tpu", True, AVX2),
+     "--precision=float16 cannot run on a TPU: TPUs compute in bfloat16"),
+    (("float16", None, "cpu", False, AMX),
+     "--precision=float16 cannot apply to --encoder_handle=HANDLE on a CPU"),
 ])
 def test_route_refusals_name_the_flag(args, message):
   with pytest.raises(errors.ConfigError) as info:

@@ -97,12 +97,13 @@ def test_sigterm_and_sigint_become_a_stop_request(sig):
 def test_kill_resume_program_runs(demo_paths, tmp_path):
   # Seed 1 draws a single kill: the smallest run that still kills, restarts
   # and compares (the 20-trial figures are in BUILD_NOTES.md), here with
-  # two micro-batches per update (checkpoints fall on updates).
+  # two micro-batches per update (checkpoints fall on updates) and float16
+  # (the loss scale resumes too).
   program = os.path.join(ROOT, "benchmarks", "kill_resume.py")
   result = subprocess.run([
       sys.executable, program, "--trials=1", "--steps=12", "--seed=1",
-      "--grad_accumulation_steps=2", f"--demo_cache_dir={demo_paths['root']}",
-      f"--work_dir={tmp_path}"
+      "--grad_accumulation_steps=2", "--precision=float16",
+      f"--demo_cache_dir={demo_paths['root']}", f"--work_dir={tmp_path}"
   ],
                           cwd=ROOT,
                           env=_env(),

@@ -292,3 +292,52 @@ def test_python_api_raises_the_commands_errors():
     train_lib.fit(config_lib.Config(warmup_fraction=1.5))
   assert str(info.value) == "--warmup_fraction=1.5 is invalid: must be in " \
                             "[0, 1]"
+
+
+def test_float16_tracks_float32_and_a_float32_run_resumes_in_float16(
+    tmp_path, demo_paths, monkeypatch):
+  """--precision=float16 on the demo: same eval within float16's rounding,
+  its loss scale and skipped steps in summary.json and the checkpoint; a
+  float32 run's checkpoint (no loss scale) resumes in float16, and a real
+  divergence there (an injected NaN loss) still rolls back, without
+  counting as a skipped overflow."""
+  common = dict(
+      train_steps=40, steps_per_loop=20, eval_every=0, checkpoint_every=20)
+  summaries = {}
+  for precision in ("float32", "float16"):
+    summaries[precision] = train_lib.run(
+        _config(
+            tmp_path / precision,
+            demo_paths,
+            precision=precision,
+            model_dir=str(tmp_path / precision),
+            **common))
+  f32, f16 = summaries["float32"], summaries["float16"]
+  assert f16["precision"] == "float16" and f32["precision"] == "float32"
+  assert f16["loss_scale"] == 2.0**15 and f16["skipped_steps"] == 0
+  assert "loss_scale" not in f32
+  assert abs(f16["eval_loss"] - f32["eval_loss"]) < 0.02, (f16, f32)
+  assert abs(f16["eval_accuracy"] - f32["eval_accuracy"]) <= 0.01
+  saved = json.load(open(tmp_path / "float16" / "config.json"))
+  assert saved["precision"] == "float16"
+  assert saved["precision_note"].startswith("precision: float16 matmuls")
+  names = dict(
+      tf.train.list_variables(
+          tf.train.latest_checkpoint(str(tmp_path / "float16" /
+                                         "checkpoints"))))
+  assert {
+      "loss_scale/scale/.ATTRIBUTES/VARIABLE_VALUE",
+      "loss_scale/skipped/.ATTRIBUTES/VARIABLE_VALUE"
+  } <= set(names)
+
+  monkeypatch.setenv("BERT_TRAINER_FAULT_NAN_BATCHES", "45")
+  resumed = train_lib.run(
+      _config(
+          tmp_path / "float32",
+          demo_paths,
+          precision="float16",
+          model_dir=str(tmp_path / "float32"),
+          **dict(common, train_steps=60, steps_per_loop=10)))
+  assert resumed["start_step"] == 40 and resumed["final_step"] == 60
+  assert resumed["precision"] == "float16" and resumed["skipped_steps"] == 0
+  assert resumed["nan_recoveries"] == 1

@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_hub as hub
 
+from trainer import bert
 from trainer import model as model_lib
 from trainer import optimization
 from trainer import preprocessing
@@ -161,3 +162,118 @@ def test_accumulating_step_compiles_with_xla(demo_paths):
       jit_compile=True)
   out = step(_batch(preprocessor))
   assert np.isfinite(float(out["loss"])) and int(opt.iterations) == 1
+
+
+def _float16_step(strategy, demo_paths, initial_scale, growth_interval=2000):
+  """The demo classifier with float16 matmuls, AdamW and a LossScale; the
+  distributed step and the pieces a test inspects."""
+  with strategy.scope():
+    encoder = bert.NativeEncoder(hub.load(demo_paths["encoder"]), "float16")
+    model = model_lib.Classifier(encoder, 2, dropout_rate=0.0, seed=3)
+    opt = optimization.AdamW(model.trainable_variables,
+                             optimization.WarmupLinearDecay(1e-3, 10, 0))
+    scale = optimization.LossScale(initial_scale, growth_interval)
+  step = train_step.make_train_step(model, opt, BATCH, loss_scale=scale)
+
+  @tf.function
+  def run(batch):
+    out = strategy.run(step, args=(batch,))
+    return {
+        k: strategy.reduce(tf.distribute.ReduceOp.MEAN, v, axis=None)
+        for k, v in out.items()
+    }
+
+  def one(batch):
+    ds = tf.data.Dataset.from_tensors(batch)
+    return {
+        k: float(v) for k, v in run(
+            next(iter(strategy.experimental_distribute_dataset(ds)))).items()
+    }
+
+  return one, model, opt, scale
+
+
+def _values(variables):
+  return [v.numpy().copy() for v in variables]
+
+
+@pytest.mark.core
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_float16_overflow_skips_the_step_and_halves_the_scale(
+    demo_paths, strategies, replicas):
+  """A scale of 2**40 overflows float16's backward pass (max 65504): the step
+  changes no weight and no Adam slot, counts as skipped, halves the scale
+  and reports grad norm 0, applied 0 (no NaN for the rollback to see); the
+  step counter moves on. A sane scale then trains."""
+  strategy = strategies[replicas - 1]
+  preprocessor = hub.load(demo_paths["preprocessor"])
+  one, model, opt, scale = _float16_step(strategy, demo_paths, 2.0**40)
+  weights, slots = _values(model.trainable_variables), _values(opt.m + opt.v)
+  out = one(_batch(preprocessor))
+  assert out["applied"] == 0.0 and out["grad_norm"] == 0.0
+  assert np.isfinite(out["loss"])
+  assert float(scale.scale.numpy()) == 2.0**39
+  assert int(scale.skipped.numpy()) == 1 and int(scale.good_steps.numpy()) == 0
+  assert int(opt.iterations.numpy()) == 1
+  for a, b in zip(weights, _values(model.trainable_variables)):
+    np.testing.assert_array_equal(a, b)
+  for a, b in zip(slots, _values(opt.m + opt.v)):
+    np.testing.assert_array_equal(a, b)
+
+  scale.scale.assign(2.0**10)
+  out = one(_batch(preprocessor, start=1))
+  assert out["applied"] == 1.0 and 0 < out["grad_norm"] < np.inf
+  assert int(scale.skipped.numpy()) == 1 and int(scale.good_steps.numpy()) == 1
+  assert int(opt.iterations.numpy()) == 2
+  changed = [
+      not np.array_equal(a, b)
+      for a, b in zip(weights, _values(model.trainable_variables))
+  ]
+  assert all(changed)
+
+
+@pytest.mark.core
+def test_float16_gradients_unscaled_follow_float32(demo_paths,
+                                                   no_dropout_encoder,
+                                                   strategies):
+  """The unscaled float16 update lands where float32's does: one step from
+  the same weights, weights within float16's rounding of the matmuls."""
+  one_device, _ = strategies
+  preprocessor = hub.load(demo_paths["preprocessor"])
+  batch = _batch(preprocessor)
+  weights = {}
+  for precision in ("float32", "float16"):
+    with one_device.scope():
+      encoder = bert.NativeEncoder(hub.load(no_dropout_encoder), precision)
+      model = model_lib.Classifier(encoder, 2, dropout_rate=0.0, seed=3)
+      opt = optimization.AdamW(model.trainable_variables,
+                               optimization.WarmupLinearDecay(1e-3, 10, 0))
+      scale = (optimization.LossScale() if precision == "float16" else None)
+    step = tf.function(
+        train_step.make_train_step(model, opt, BATCH, loss_scale=scale))
+    before = _values(model.trainable_variables)
+    out = step(batch)
+    assert float(out["applied"]) == 1.0
+    weights[precision] = [
+        v.numpy() - b for v, b in zip(model.trainable_variables, before)
+    ]
+  # Adam's first step moves each weight by about lr * sign(g): the updates
+  # agree in direction wherever float32's gradient is not tiny.
+  a, b = (
+      np.concatenate([w.ravel()
+                      for w in weights[p]])
+      for p in ("float32", "float16"))
+  big = np.abs(a) > 5e-4
+  assert big.sum() > 10_000
+  assert np.mean(np.sign(a[big]) == np.sign(b[big])) > 0.98
+
+
+def test_loss_scale_grows_after_good_steps_and_stops_halving_at_one():
+  scale = optimization.LossScale(initial=2.0, growth_interval=2)
+  for finite, expected, good in [(True, 2.0, 1), (True, 4.0, 0),
+                                 (False, 2.0, 0), (False, 1.0, 0),
+                                 (False, 1.0, 0), (True, 1.0, 1)]:
+    scale.update(tf.constant(finite))
+    assert float(scale.scale.numpy()) == expected
+    assert int(scale.good_steps.numpy()) == good
+  assert int(scale.skipped.numpy()) == 3

@@ -64,18 +64,24 @@ ACTIVATIONS = {
 }
 
 
-def _matmul(a, b, compute_dtype, **kwargs):
-  """tf.matmul in `compute_dtype` (float32 in and out either way).
+def _matmul(a, b, compute_dtype, keep=False, **kwargs):
+  """tf.matmul in `compute_dtype` (float32 out unless `keep`).
 
-  bfloat16 is mixed precision: the operands are rounded to bfloat16, the
-  product is bfloat16, and everything around the matmuls (softmax, layer
+  bfloat16 (or float16) is mixed precision: the operands are rounded to
+  it, the product is in it, and everything around the matmuls (softmax, layer
   norms, residual sums, the loss) stays float32, as do the variables.
+  With `keep`, the product stays in `compute_dtype` for a consumer that is
+  itself a matmul (attention's q, k, v and context), so no cast there and
+  back: an operand already in `compute_dtype` is not cast again.
   """
   if compute_dtype == "float32":
     return tf.matmul(a, b, **kwargs)
-  return tf.cast(
-      tf.matmul(tf.cast(a, compute_dtype), tf.cast(b, compute_dtype), **kwargs),
-      tf.float32)
+  y = tf.matmul(_as(a, compute_dtype), _as(b, compute_dtype), **kwargs)
+  return y if keep else tf.cast(y, tf.float32)
+
+
+def _as(x, dtype):
+  return x if x.dtype == tf.as_dtype(dtype) else tf.cast(x, dtype)
 
 
 def _normal(shape, stddev, rng):
@@ -92,10 +98,13 @@ class _Dense(tf.Module):
           _normal([in_dim, out_dim], stddev, rng), name="kernel")
       self.bias = tf.Variable(tf.zeros([out_dim]), name="bias")
 
-  def __call__(self, x, compute_dtype="float32"):
+  def __call__(self, x, compute_dtype="float32", keep=False):
+    """`keep`: the output in `compute_dtype` (bias added in it), for a
+    matmul to consume; else float32."""
     # A 2-D matmul: einsum("...i,io->...o") has a gradient ~50x slower on CPU.
     flat = tf.reshape(x, [-1, self.kernel.shape[0]])
-    y = _matmul(flat, self.kernel, compute_dtype) + self.bias
+    y = _matmul(flat, self.kernel, compute_dtype, keep)
+    y += _as(self.bias, y.dtype)
     out_dim = self.kernel.shape[1]
     y = tf.reshape(y, tf.concat([tf.shape(x)[:-1], [out_dim]], axis=0))
     # Static last dimension: Keras layers stacked on the saved encoder
@@ -197,13 +206,17 @@ class _TransformerLayer(tf.Module):
     cd = compute_dtype
     drop = lambda t: _dropout(t, self.dropout_rate, training, rng,
                               hashed_dropout)
-    q = self._heads(self.query(x, cd))
-    k = self._heads(self.key(x, cd))
-    v = self._heads(self.value(x, cd))
+    # q, k, v and the context stay in the compute dtype from the matmul
+    # that makes them to the one that takes them (one cast of x, not three;
+    # none there and back); scores, softmax and dropout are float32.
+    xc = _as(x, cd)
+    q = self._heads(self.query(xc, cd, keep=True))
+    k = self._heads(self.key(xc, cd, keep=True))
+    v = self._heads(self.value(xc, cd, keep=True))
     scores = _matmul(q, k, cd, transpose_b=True) / math.sqrt(self.head_size)
     probs = tf.nn.softmax(scores + attention_bias, axis=-1)
     probs = drop(probs)
-    context = tf.transpose(_matmul(probs, v, cd), [0, 2, 1, 3])
+    context = tf.transpose(_matmul(probs, v, cd, keep=True), [0, 2, 1, 3])
     context = tf.reshape(context, tf.shape(x))
     context.set_shape(x.shape)
     attended = drop(self.attention_output(context, cd))
@@ -363,7 +376,7 @@ class NativeEncoder(tf.__internal__.tracking.AutoTrackable):
   Args:
     loaded: the `hub.load`ed encoder (it must have `get_config_json`).
     compute_dtype: "float32" (the saved graph's math, bit for bit) or
-      "bfloat16" (bfloat16 matmuls; see `_matmul`).
+      "bfloat16" / "float16" (matmuls in that dtype; see `_matmul`).
     hashed_dropout: draw dropout masks with `hashed_keep_mask` (XLA on CPU).
   """
 

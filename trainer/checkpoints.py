@@ -37,16 +37,26 @@ _STEP = re.compile(r"ckpt-(\d+)(?:\.index|\.data-\d+-of-\d+)$")
 CheckpointError = errors.CheckpointError
 
 
-def layout(model, encoder, optimizer, data_skip=None):
+def layout(model, encoder, optimizer, data_skip=None, loss_scale=None):
   """The run's tf.train.Checkpoint over `model`, `encoder`'s variables,
-  `optimizer` (or a stand-in holding `iterations`) and `data_skip`."""
+  `optimizer` (or a stand-in holding `iterations`), `data_skip` and, for
+  float16, the `optimization.LossScale` (`loss_scale/...`)."""
   objects = dict(
       model=model,
       optimizer=optimizer,
       encoder_variables=list(encoder.variables))
   if data_skip is not None:
     objects["data_skip"] = data_skip
+  if loss_scale is not None:
+    objects["loss_scale"] = loss_scale
   return tf.train.Checkpoint(**objects)
+
+
+def has_loss_scale(path):
+  """Whether the checkpoint at prefix `path` holds a loss scale (float16)."""
+  return any(
+      name.startswith("loss_scale/")
+      for name, _ in tf.train.list_variables(path))
 
 
 def for_reading(model, encoder):

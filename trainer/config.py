@@ -23,7 +23,7 @@ from trainer import errors
 DEMO = "demo"
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker_mirrored")
 FILE_FORMATS = ("auto", "sentiment140", "csv", "tsv")
-PRECISIONS = ("float32", "bfloat16")
+PRECISIONS = ("float32", "bfloat16", "float16", "auto")
 EARLY_STOPPING_METRICS = ("eval/loss", "eval/accuracy")
 SENTIMENT140_LABEL_MAP = {0: 0, 4: 1}
 ConfigError = errors.ConfigError
@@ -189,12 +189,11 @@ class Config:
       "project (demo, convert_hf), which are rebuilt for XLA: XLA recompiles "
       "a loaded SavedModel's gradient at every step.")
   precision: str = _tunable(
-      "float32", "bfloat16: mixed precision, bfloat16 matmuls with float32 "
-      "variables, loss and logits. Encoders saved by this project (demo, "
-      "convert_hf) are rebuilt with bfloat16 matmuls on any device; other "
-      "SavedModels get oneDNN's rewrite on AVX512 CPUs (no XLA) or the TPU's "
-      "default passes. Faster only where the hardware has bfloat16 units. "
-      "See README.", PRECISIONS)
+      "float32", "bfloat16/float16: mixed precision, matmuls in it with "
+      "float32 variables, loss and logits; float16 with dynamic loss scaling"
+      " (GPUs without bfloat16). auto: bfloat16 on TPUs, GPUs >= 8.0, AMX/"
+      "AVX512_BF16 CPUs; float16 on older GPUs; else float32. See README.",
+      PRECISIONS)
   demo_cache_dir: str = _tunable(
       "", "Where the demo model and data are built ('' = "
       "~/.cache/bert_tpu_trainer or $BERT_TRAINER_CACHE).")

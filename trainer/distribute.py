@@ -304,3 +304,12 @@ def is_tpu(strategy):
 
 def has_gpu():
   return bool(tf.config.list_logical_devices("GPU"))
+
+
+def gpu_capability():
+  """(major, minor) compute capability of the first GPU, or None."""
+  gpus = tf.config.list_physical_devices("GPU")
+  if not gpus:
+    return None
+  return tf.config.experimental.get_device_details(
+      gpus[0]).get("compute_capability")

@@ -132,14 +132,20 @@ def _start(c):
 def prepare(c, strategy, encoder):
   """(the encoder prepared for its Route, the Route) of Config `c` on
   `strategy`: precision and XLA as `precision.choose` decides."""
-  route = precision_lib.choose(
-      c.precision,
-      c.jit_compile,
-      distribute.device_kind(strategy),
-      model_lib.is_own_encoder(encoder),
+  device = distribute.device_kind(strategy)
+  facts = dict(
+      jit_compile=c.jit_compile,
+      device=device,
+      own_encoder=model_lib.is_own_encoder(encoder),
       cpu_flags=host.cpu_flags(),
       encoder_handle=c.encoder_handle,
       xla_cpu_problem=host.xla_cpu_problem)
+  if c.precision == "auto":
+    route = precision_lib.choose_auto(
+        gpu_capability=distribute.gpu_capability() if device == "gpu" else None,
+        **facts)
+  else:
+    route = precision_lib.choose(c.precision, **facts)
   return model_lib.prepare_encoder(encoder, route, strategy), route
 
 
@@ -162,7 +168,7 @@ def _data(c, out):
   return splits, counts
 
 
-def _state(c, strategy, encoder, plan, out):
+def _state(c, strategy, encoder, plan, out, route):
   return train_state.TrainState(
       strategy,
       encoder,
@@ -176,6 +182,7 @@ def _state(c, strategy, encoder, plan, out):
       directory=out.checkpoints,
       keep=c.keep_checkpoints,
       layer_decay=c.layer_decay,
+      loss_scaling=route.loss_scaling,
       io_device=distribute.io_device(strategy))
 
 
@@ -187,6 +194,8 @@ def _write_config(c, out, plan, strategy, route, layer_rates):
           plan=plan.durations(),
           replicas=strategy.num_replicas_in_sync,
           jit_compile=route.jit_compile,
+          precision=route.precision,
+          precision_note=route.note,
           layer_rates=layer_rates,
           tensorflow=tf.__version__))
 
@@ -219,7 +228,7 @@ def _build(c, strategy, chief, shared, out):
       "Replicas: %d, jit_compile: %s, steps: %d (%d per epoch), warmup: %d",
       strategy.num_replicas_in_sync, route.jit_compile, plan.total_steps,
       plan.steps_per_epoch, plan.warmup_steps)
-  state = _state(c, strategy, encoder, plan, out)
+  state = _state(c, strategy, encoder, plan, out, route)
   state.resume(shared.checkpoints, chief)
   _log_layer_rates(state.layer_rates)
   _write_config(c, out, plan, strategy, route, state.layer_rates)
@@ -247,7 +256,8 @@ def _build(c, strategy, chief, shared, out):
               c.batch_size,
               seed=c.seed,
               jit_compile=route.jit_compile,
-              accumulation_steps=c.grad_accumulation_steps)),
+              accumulation_steps=c.grad_accumulation_steps,
+              loss_scale=state.loss_scale)),
       eval_loop=train_step.make_eval_loop(
           strategy, train_step.make_eval_step(state.model, c.num_classes),
           c.num_classes),

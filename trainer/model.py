@@ -161,18 +161,19 @@ def prepare_encoder(encoder, route, strategy):
   """The encoder the run trains, per its `precision.Route`.
 
   Rebuilt in Python (`bert.NativeEncoder`) where the SavedModel's fixed
-  float32 graphs cannot serve (XLA, bfloat16); oneDNN's bfloat16 rewrite
-  switched on for a foreign encoder on a CPU that runs it.
+  float32 graphs cannot serve (XLA, bfloat16, float16); oneDNN's bfloat16
+  rewrite switched on for a foreign encoder on a CPU that runs it, grappler's
+  CUDA float16 rewrite for one on a GPU.
   """
   if route.rebuild:
     with strategy.scope():
       encoder = bert.NativeEncoder(
-          encoder,
-          "bfloat16" if route.precision == "bfloat16" else "float32",
-          hashed_dropout=route.hashed_dropout)
+          encoder, route.compute_dtype, hashed_dropout=route.hashed_dropout)
   if route.onednn_rewrite:
     tf.config.optimizer.set_experimental_options(
         {"auto_mixed_precision_onednn_bfloat16": True})
+  if route.cuda_float16_rewrite:
+    tf.config.optimizer.set_experimental_options({"auto_mixed_precision": True})
   return encoder
 
 

@@ -43,6 +43,47 @@ def global_norm(grads):
   return tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(g)) for g in grads]))
 
 
+class LossScale(tf.Module):
+  """Dynamic loss scaling for float16: the loss is multiplied by `scale`
+  before the gradient, the gradients divided by it after.
+
+  A step whose gradients are not all finite (float16 overflowed) applies
+  nothing: the scale halves (not below 1) and the step counts in `skipped`.
+  After `growth_interval` finite steps in a row the scale doubles. Its three
+  variables are checkpointed with the optimizer, so a resumed run goes on
+  with the same scale. Create it under the strategy scope; `update` runs in
+  cross-replica context (AdamW's merge_call).
+  """
+
+  def __init__(self, initial=2.0**15, growth_interval=2000, name="loss_scale"):
+    super().__init__(name=name)
+    self.growth_interval = int(growth_interval)
+    agg = tf.VariableAggregation.ONLY_FIRST_REPLICA
+    with tf.name_scope(name):
+      self.scale = tf.Variable(
+          float(initial), trainable=False, name="scale", aggregation=agg)
+      self.good_steps = tf.Variable(
+          0,
+          dtype=tf.int64,
+          trainable=False,
+          name="good_steps",
+          aggregation=agg)
+      self.skipped = tf.Variable(
+          0, dtype=tf.int64, trainable=False, name="skipped", aggregation=agg)
+
+  def update(self, finite):
+    """After a step: grow, or halve and count the skip. Returns the ops."""
+    good = tf.where(finite, self.good_steps + 1, tf.constant(0, tf.int64))
+    grow = good >= self.growth_interval
+    scale = tf.where(finite, tf.where(grow, self.scale * 2.0, self.scale),
+                     tf.maximum(self.scale / 2.0, 1.0))
+    return [
+        self.scale.assign(scale),
+        self.good_steps.assign(tf.where(grow, tf.constant(0, tf.int64), good)),
+        self.skipped.assign_add(tf.cast(tf.logical_not(finite), tf.int64))
+    ]
+
+
 class AdamW(tf.Module):
   """Adam with bias correction and decoupled weight decay.
 
@@ -104,8 +145,13 @@ class AdamW(tf.Module):
   def learning_rate(self):
     return self.schedule(self.iterations)
 
-  def apply(self, grads):
+  def apply(self, grads, loss_scale=None):
     """Clips and applies `grads` (aligned with the variables).
+
+    With a `LossScale`, `grads` are already unscaled; a step whose norm is
+    not finite changes no weight or slot (the step counter still moves on,
+    so the schedule and the data position stay those of the plan) and
+    updates the scale instead.
 
     Returns:
       The global norm of `grads` before clipping, float32 scalar.
@@ -117,9 +163,29 @@ class AdamW(tf.Module):
       scale = self.clip_norm / tf.maximum(norm, self.clip_norm)
       grads = [g * scale for g in grads]
     lr = self.learning_rate()
-    tf.distribute.get_replica_context().merge_call(
-        self._update_all, args=(grads, lr))
+    if loss_scale is None:
+      tf.distribute.get_replica_context().merge_call(
+          self._update_all, args=(grads, lr))
+    else:
+      tf.distribute.get_replica_context().merge_call(
+          self._update_scaled, args=(grads, lr, loss_scale, norm))
     return norm
+
+  def _update_scaled(self, strategy, grads, lr, loss_scale, norm):
+    """Cross-replica: the update if `norm` is finite, else only the step
+    counter; then the loss scale. `norm` is the same on every replica (the
+    gradients were all-reduced), so every replica takes the same branch."""
+    finite = tf.math.is_finite(strategy.experimental_local_results(norm)[0])
+
+    def after(result, value):
+      with tf.control_dependencies(tf.nest.flatten(result)):
+        return tf.constant(value)
+
+    done = tf.cond(finite,
+                   lambda: after(self._update_all(strategy, grads, lr), True),
+                   lambda: after(self.iterations.assign_add(1), False))
+    with tf.control_dependencies([done]):
+      return tf.group(loss_scale.update(finite))
 
   def _update_all(self, strategy, grads, lr):
     t = tf.cast(self.iterations + 1, tf.float32)

@@ -16,6 +16,13 @@ or raises `ConfigError` where no route does what was asked:
   A foreign SavedModel is an opaque float32 graph: the TPU's matrix units
   multiply it in bfloat16 passes already; on CPU grappler's oneDNN
   auto-mixed-precision pass rewrites it, where TensorFlow runs the pass.
+- float16 (GPUs without bfloat16): the same rebuilt encoder with float16
+  matmuls, or grappler's CUDA auto-mixed-precision rewrite for a foreign
+  SavedModel on a GPU; the step scales the loss dynamically
+  (`optimization.LossScale`). TPUs compute in bfloat16 and refuse it.
+- auto (`resolve_auto`): bfloat16 where the hardware multiplies in it (TPU,
+  GPU of compute capability 8.0 or newer, CPU with AMX or AVX512_BF16),
+  float16 on older GPUs, float32 elsewhere.
 """
 
 import dataclasses
@@ -35,6 +42,36 @@ class Route:
   hashed_dropout: bool
   onednn_rewrite: bool
   note: str
+  cuda_float16_rewrite: bool = False
+
+  @property
+  def compute_dtype(self):
+    """The rebuilt encoder's matmul dtype."""
+    return self.precision
+
+  @property
+  def loss_scaling(self):
+    """float16 gradients underflow without a scaled loss."""
+    return self.precision == "float16"
+
+
+def resolve_auto(device, cpu_flags=frozenset(), gpu_capability=None):
+  """(precision, reason) that --precision=auto picks for these facts;
+  `gpu_capability` is the first GPU's (major, minor) compute capability."""
+  if device == "tpu":
+    return "bfloat16", "a TPU: its matrix units multiply in bfloat16"
+  if device == "gpu":
+    if gpu_capability and tuple(gpu_capability) >= (8, 0):
+      return "bfloat16", (f"a GPU of compute capability "
+                          f"{gpu_capability[0]}.{gpu_capability[1]} (>= 8.0 "
+                          "has bfloat16 tensor cores)")
+    return "float16", ("a GPU of compute capability "
+                       f"{'.'.join(map(str, gpu_capability or ('?',)))} "
+                       "(< 8.0: float16 tensor cores, no bfloat16)")
+  if host.has_native_bfloat16(cpu_flags):
+    return "bfloat16", "a CPU with AMX or AVX512_BF16 bfloat16 units"
+  return "float32", ("a CPU without AMX or AVX512_BF16 (bfloat16 would be "
+                     "emulated, slower than float32)")
 
 
 def resolve_jit(jit_compile, device, own_encoder):
@@ -88,6 +125,68 @@ def _foreign_bfloat16(device, cpu_flags, encoder_handle):
                 "(float32 variables, loss and logits)")
 
 
+def _float16(device, own_encoder, encoder_handle, jit):
+  """The float16 Route: dynamic loss scaling, float16 matmuls."""
+  if device == "tpu":
+    raise errors.ConfigError(
+        "--precision=float16 cannot run on a TPU: TPUs compute in bfloat16 "
+        "(no float16 matmul units); use --precision=bfloat16 or auto")
+  xla = ("; XLA: the encoder rebuilt from its saved config, hashed dropout "
+         "masks" if jit else "")
+  scaling = "; dynamic loss scaling (2**15 to start, x2 after 2000 good steps)"
+  if own_encoder:
+    slow = ("; float16 on a CPU is emulated and slower than float32: for "
+            "checking the numerics, not for speed" if device == "cpu" else "")
+    return Route(
+        precision="float16",
+        jit_compile=jit,
+        rebuild=True,
+        hashed_dropout=jit,
+        onednn_rewrite=False,
+        note="precision: float16 matmuls in the encoder (float32 variables, "
+        "softmax, layer norms, loss and logits)" + scaling + slow + xla)
+  if device != "gpu":
+    raise errors.ConfigError(
+        f"--precision=float16 cannot apply to --encoder_handle={encoder_handle}"
+        " on a CPU: it is not an encoder saved by this project (trainer."
+        "convert_hf makes one), and only the GPU's auto-mixed-precision "
+        "rewrite changes a foreign SavedModel; use --precision=float32")
+  return Route(
+      precision="float16",
+      jit_compile=jit,
+      rebuild=False,
+      hashed_dropout=False,
+      onednn_rewrite=False,
+      cuda_float16_rewrite=True,
+      note="precision: float16 via grappler's CUDA auto-mixed-precision "
+      "rewrite (float32 variables, loss and logits)" + scaling)
+
+
+def choose_auto(device, own_encoder, cpu_flags, gpu_capability, **kwargs):
+  """The Route of --precision=auto: `resolve_auto`'s pick, or float32 where
+  that pick cannot apply to this encoder; the note says which and why."""
+  picked, reason = resolve_auto(device, cpu_flags, gpu_capability)
+  try:
+    route = choose(
+        picked,
+        device=device,
+        own_encoder=own_encoder,
+        cpu_flags=cpu_flags,
+        **kwargs)
+  except errors.ConfigError as e:
+    if picked == "float32":
+      raise
+    route = choose(
+        "float32",
+        device=device,
+        own_encoder=own_encoder,
+        cpu_flags=cpu_flags,
+        **kwargs)
+    reason += f", but {picked} does not apply: {e}"
+  return dataclasses.replace(
+      route, note=f"{route.note} (--precision=auto: {reason})")
+
+
 def choose(precision,
            jit_compile,
            device,
@@ -98,7 +197,8 @@ def choose(precision,
   """The Route for these facts.
 
   Args:
-    precision: --precision, "float32" or "bfloat16".
+    precision: --precision, "float32", "bfloat16" or "float16" (resolve
+      "auto" first: `resolve_auto`).
     jit_compile: --jit_compile, True, False or None (unset).
     device: "tpu", "gpu" or "cpu".
     own_encoder: the encoder was saved by this project (`bert.saved_config`).
@@ -112,6 +212,8 @@ def choose(precision,
   """
   jit = resolve_jit(jit_compile, device, own_encoder)
   _check_jit(jit, device, own_encoder, encoder_handle, xla_cpu_problem)
+  if precision == "float16":
+    return _float16(device, own_encoder, encoder_handle, jit)
   bfloat16 = precision == "bfloat16"
   xla = ("; XLA: the encoder rebuilt from its saved config, hashed dropout "
          "masks" if jit else "")

@@ -75,13 +75,14 @@ def _between_loops(run, progress, signals, stop, loss, grad_norm, speed):
   c, state = run.config, run.state
   lr = float(state.optimizer.schedule(stop - 1))  # the loop's last update
   progress.update(stop, loss, lr, speed)
-  actions.write_scalars(
-      run.writers["train"], stop, {
-          "train/loss": loss,
-          "train/learning_rate": lr,
-          "train/grad_norm": grad_norm,
-          "train/examples_per_second": speed
-      })
+  scalars = {
+      "train/loss": loss,
+      "train/learning_rate": lr,
+      "train/grad_norm": grad_norm,
+      "train/examples_per_second": speed
+  }
+  scalars.update(_loss_scale(state))
+  actions.write_scalars(run.writers["train"], stop, scalars)
   if run.plan.eval_due(stop) and run.evaluator(stop)[1]:
     logging.info("Early stopping at step %d: no better %s in %d evals", stop,
                  c.early_stopping_metric, c.early_stopping_patience)
@@ -91,6 +92,16 @@ def _between_loops(run, progress, signals, stop, loss, grad_norm, speed):
     state.save(stop)
   signals.check(state, stop)
   return False
+
+
+def _loss_scale(state):
+  """float16's loss scale and the steps it skipped so far ({} otherwise)."""
+  if state.loss_scale is None:
+    return {}
+  return {
+      "train/loss_scale": float(state.loss_scale.scale.numpy()),
+      "train/skipped_steps": int(state.loss_scale.skipped.numpy())
+  }
 
 
 def _loop(run, iterator, profiler):
@@ -170,7 +181,11 @@ def _summary(run, result, metrics, final_step):
       examples={name: counts[name]["rows_used"] for name in counts},
       nan_recoveries=result.recoveries,
       replicas=run.strategy.num_replicas_in_sync,
-      total_steps=run.plan.total_steps)
+      total_steps=run.plan.total_steps,
+      precision=run.route.precision)
+  summary.update({
+      k.split("/")[1]: v for k, v in _loss_scale(run.state).items()
+  })
   if counts.get("test", {}).get("rows_used"):
     test = run.evaluate("test")
     summary.update(test_accuracy=test["accuracy"], test_loss=test["loss"])

@@ -36,6 +36,7 @@ class TrainState:
                directory,
                keep,
                layer_decay=1.0,
+               loss_scaling=False,
                io_device=None):
     """Creates the state.
 
@@ -43,9 +44,9 @@ class TrainState:
       strategy: the run's tf.distribute strategy.
       encoder: the prepared encoder (`model.prepare_encoder`).
       num_classes, dropout_rate, seed: the classifier head.
-      schedule: the learning-rate schedule (`optimization.WarmupLinearDecay`).
-      weight_decay, clip_norm: AdamW's.
+      schedule, weight_decay, clip_norm: AdamW's (`optimization`).
       layer_decay: layer-wise learning-rate decay (`layer_decay`; 1 = off).
+      loss_scaling: keep float16's `optimization.LossScale` (checkpointed).
       directory: where this process writes its rolling checkpoints.
       keep: rolling checkpoints kept.
       io_device: where the checkpoint files are read and written (a TPU's
@@ -71,8 +72,10 @@ class TrainState:
           trainable=False,
           name="data_skip",
           aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+      self.loss_scale = optimization.LossScale() if loss_scaling else None
+    self._encoder = encoder  # for a checkpoint without a loss scale
     self.checkpoint = checkpoints.layout(self.model, encoder, self.optimizer,
-                                         self.data_skip)
+                                         self.data_skip, self.loss_scale)
     self.io_device = io_device
     self.options = tf.train.CheckpointOptions(experimental_io_device=io_device)
     self.manager = tf.train.CheckpointManager(
@@ -100,8 +103,18 @@ class TrainState:
       self.save(self.step)
 
   def restore(self, path):
-    """Restores the checkpoint at prefix `path`."""
-    self.checkpoint.restore(
+    """Restores the checkpoint at prefix `path`. One written without a loss
+    scale (another precision) restores into a float16 run too: the scale
+    starts afresh."""
+    checkpoint = self.checkpoint
+    if self.loss_scale is not None and not checkpoints.has_loss_scale(path):
+      logging.info(
+          "%s has no loss scale (written in another precision): "
+          "float16 starts at scale %g", path,
+          float(self.loss_scale.scale.numpy()))
+      checkpoint = checkpoints.layout(self.model, self._encoder, self.optimizer,
+                                      self.data_skip)
+    checkpoint.restore(
         path, options=self.options).assert_existing_objects_matched()
 
   def resume(self, directory, chief=True):

@@ -31,8 +31,9 @@ def make_train_step(model,
                     global_batch_size,
                     seed=0,
                     jit_compile=False,
-                    accumulation_steps=1):
-  """Returns step(batch) -> {"loss", "grad_norm"} for one replica.
+                    accumulation_steps=1,
+                    loss_scale=None):
+  """Returns step(batch) -> {"loss", "grad_norm", "applied"} for one replica.
 
   `loss` is this replica's share of the global mean loss (its per-example
   losses summed and divided by the global batch size), so summing it over
@@ -50,24 +51,19 @@ def make_train_step(model,
     accumulation_steps: K; the replica's batch is cut into K micro-batches
       whose gradients are summed in a `tf.while_loop` before the one
       all-reduce, clipping and AdamW update (`_accumulate`).
+    loss_scale: an `optimization.LossScale` (float16): the gradient is
+      taken of the scaled loss and unscaled; a step that overflowed applies
+      nothing and reports `applied` 0 and `grad_norm` 0, so the loop's mean
+      norm (and the NaN rollback) sees only real steps. At scale 1 there is
+      no scaling left to blame: a non-finite gradient there is reported.
 
   Batch: dict with int32 `input_word_ids`, `input_mask`, `input_type_ids`
   [per_replica_batch, seq_length] and `label` [per_replica_batch].
   """
   variables = model.trainable_variables
   k = accumulation_steps
-
-  def forward_backward(batch, dropout_seed):
-    with tf.GradientTape() as tape:
-      logits = model(
-          encoder_inputs(batch), training=True, dropout_seed=dropout_seed)
-      loss = tf.nn.compute_average_loss(
-          _per_example_loss(logits, batch["label"]),
-          global_batch_size=global_batch_size)
-    return loss, tape.gradient(loss, variables)
-
-  if jit_compile:
-    forward_backward = tf.function(forward_backward, jit_compile=True)
+  forward_backward = _forward_backward(model, variables, global_batch_size,
+                                       loss_scale, jit_compile)
 
   def step(batch):
     ctx = tf.distribute.get_replica_context()
@@ -82,10 +78,49 @@ def make_train_step(model,
       loss, grads = _accumulate(forward_backward, batch, dropout_seed, k,
                                 variables)
     grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
-    grad_norm = optimizer.apply(grads)
-    return dict(loss=loss, grad_norm=grad_norm)
+    return dict(loss=loss, **_apply(optimizer, grads, loss_scale))
 
   return step
+
+
+def _forward_backward(model, variables, global_batch_size, loss_scale,
+                      jit_compile):
+  """(batch, dropout_seed) -> (this replica's loss, unscaled gradients)."""
+
+  def forward_backward(batch, dropout_seed):
+    with tf.GradientTape() as tape:
+      logits = model(
+          encoder_inputs(batch), training=True, dropout_seed=dropout_seed)
+      loss = tf.nn.compute_average_loss(
+          _per_example_loss(logits, batch["label"]),
+          global_batch_size=global_batch_size)
+      scaled = loss
+      if loss_scale is not None:
+        scale = loss_scale.scale.read_value()
+        scaled = loss * scale
+    grads = tape.gradient(scaled, variables)
+    if loss_scale is None:
+      return loss, grads
+    return loss, [tf.convert_to_tensor(g) / scale for g in grads]
+
+  if jit_compile:
+    return tf.function(forward_backward, jit_compile=True)
+  return forward_backward
+
+
+def _apply(optimizer, grads, loss_scale):
+  """{"grad_norm", "applied"} of AdamW's update with `grads`: with a loss
+  scale, an overflow (a non-finite norm at a scale above 1) reports norm 0
+  and applied 0."""
+  if loss_scale is None:
+    return dict(grad_norm=optimizer.apply(grads), applied=tf.constant(1.0))
+  scale = loss_scale.scale.read_value()
+  grad_norm = optimizer.apply(grads, loss_scale)
+  overflow = tf.logical_and(
+      tf.logical_not(tf.math.is_finite(grad_norm)), scale > 1.0)
+  return dict(
+      grad_norm=tf.where(overflow, 0.0, grad_norm),
+      applied=1.0 - tf.cast(overflow, tf.float32))
 
 
 def _accumulate(forward_backward, batch, dropout_seed, k, variables):
@@ -182,21 +217,25 @@ def make_train_loop(strategy, step):
   """Returns train_loop(iterator, num_steps) -> (mean loss, mean grad norm).
 
   `iterator` yields distributed batches; `num_steps` is an int32 scalar
-  tensor. The loss and gradient norm are averaged over the loop's steps.
+  tensor. The loss is averaged over the loop's steps, the gradient norm
+  over the steps that applied their update (float16 overflows skip).
   """
 
   @tf.function
   def train_loop(iterator, num_steps):
     loss_sum = tf.constant(0.0)
     norm_sum = tf.constant(0.0)
+    applied = tf.constant(0.0)
     for _ in tf.range(num_steps):
       out = strategy.run(step, args=(next(iterator),))
       loss_sum += strategy.reduce(
           tf.distribute.ReduceOp.SUM, out["loss"], axis=None)
       norm_sum += strategy.reduce(
           tf.distribute.ReduceOp.MEAN, out["grad_norm"], axis=None)
+      applied += strategy.reduce(
+          tf.distribute.ReduceOp.MEAN, out["applied"], axis=None)
     n = tf.cast(num_steps, tf.float32)
-    return loss_sum / n, norm_sum / n
+    return loss_sum / n, norm_sum / tf.maximum(applied, 1.0)
 
   return train_loop
 
