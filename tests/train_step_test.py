@@ -277,3 +277,46 @@ def test_loss_scale_grows_after_good_steps_and_stops_halving_at_one():
     assert float(scale.scale.numpy()) == expected
     assert int(scale.good_steps.numpy()) == good
   assert int(scale.skipped.numpy()) == 3
+
+
+@pytest.mark.core
+def test_mean_pooling_head_and_its_step(demo_paths):
+  """--pooling=mean: the head reads the mean of sequence_output over the
+  real tokens (a NumPy reference, padding excluded); the step trains with
+  the unused pooler's gradient zero, not None."""
+  preprocessor = hub.load(demo_paths["preprocessor"])
+  with tf.distribute.get_strategy().scope():
+    encoder = hub.load(demo_paths["encoder"])
+    model = model_lib.Classifier(encoder, 2, dropout_rate=0.0, pooling="mean")
+    opt = optimization.AdamW(model.trainable_variables,
+                             optimization.WarmupLinearDecay(1e-3, 10, 0))
+  batch = _batch(preprocessor)
+  inputs = train_step.encoder_inputs(batch)
+  mask = batch["input_mask"].numpy()
+  assert 0 < mask.sum() < mask.size  # some padding to exclude
+  sequence = encoder(inputs, training=False)["sequence_output"].numpy()
+  want = (sequence * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
+  np.testing.assert_allclose(
+      model_lib.mean_pool(sequence, batch["input_mask"]).numpy(),
+      want,
+      rtol=1e-5,
+      atol=1e-6)
+  np.testing.assert_allclose(
+      model(inputs).numpy(),
+      want @ model.kernel.numpy() + model.bias.numpy(),
+      rtol=1e-4,
+      atol=1e-5)
+  pooler = [
+      i for i, v in enumerate(model.trainable_variables) if "pooler" in v.name
+  ]
+  assert pooler
+  before = [model.trainable_variables[i].numpy().copy() for i in pooler]
+  out = tf.function(train_step.make_train_step(model, opt, BATCH))(batch)
+  assert np.isfinite(float(out["loss"])) and int(opt.iterations) == 1
+  for i, b in zip(pooler, before):
+    # No gradient reaches it: Adam's step is 0, only the decoupled decay.
+    np.testing.assert_allclose(
+        model.trainable_variables[i].numpy(),
+        b * (1 - 9e-4 * opt.decay_rates[i]),
+        rtol=1e-6,
+        atol=1e-9)

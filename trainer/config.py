@@ -24,6 +24,7 @@ DEMO = "demo"
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker_mirrored")
 FILE_FORMATS = ("auto", "sentiment140", "csv", "tsv")
 PRECISIONS = ("float32", "bfloat16", "float16", "auto")
+POOLINGS = ("cls", "mean")
 EARLY_STOPPING_METRICS = ("eval/loss", "eval/accuracy")
 SENTIMENT140_LABEL_MAP = {0: 0, 4: 1}
 ConfigError = errors.ConfigError
@@ -92,8 +93,7 @@ class Config:
   encoder_handle: str = _flag(
       DEMO, "TF Hub BERT encoder: URL, gs:// path, local SavedModel folder, "
       "or 'demo' (built offline).")
-  preprocessor_handle: str = _flag(
-      DEMO, "Matching preprocessor (tokenize + bert_pack_inputs), or 'demo'.")
+  preprocessor_handle: str = _flag(DEMO, "Matching preprocessor, or 'demo'.")
   tfds_name: str = _flag(
       "", "TFDS dataset, e.g. sentiment140. With neither this nor "
       "--train_file, the built-in demo text set is used.")
@@ -101,8 +101,7 @@ class Config:
   text_key: str = _flag("", "TFDS text feature ('' = text).")
   label_key: str = _flag(
       "", "TFDS label feature ('' = polarity for sentiment140, else label).")
-  train_file: str = _flag(
-      "", "CSV/TSV with a header row (instead of --tfds_name).")
+  train_file: str = _flag("", "CSV/TSV with a header row (or --tfds_name).")
   eval_file: str = _flag(
       "", "Validation CSV/TSV; without it one is carved from --train_file.")
   test_file: str = _flag(
@@ -112,9 +111,7 @@ class Config:
       "auto", "sentiment140: six columns, no header, quoted, ISO-8859-1 (a "
       "header copy is detected too); csv/tsv: a header row. auto detects, "
       "and logs what it found.", FILE_FORMATS)
-  text_column: str = _flag(
-      "text", "Text column (name or 0-based index) of "
-      "--train_file/--eval_file.")
+  text_column: str = _flag("text", "Text column (name or 0-based index).")
   label_column: str = _flag("label", "Label column (name or 0-based index).")
   encoding: str = _flag(
       "", "File encoding ('' = utf-8 if the start decodes, else "
@@ -171,9 +168,13 @@ class Config:
   dropout_rate: float = _tunable(
       0.1, "Classifier head dropout.", None,
       (_finite(lambda v: 0.0 <= v < 1.0), "must be in [0, 1)"))
+  pooling: str = _flag(
+      "cls", "The head's input: cls = the encoder's pooled_output; mean = "
+      "the mean of sequence_output over real tokens (sentence-transformers).",
+      POOLINGS)
   steps_per_loop: int = _tunable(
-      100, "Steps per tf.function call (host work in between).", None,
-      _POSITIVE)
+      100, "Steps per tf.function call (host work "
+      "in between).", None, _POSITIVE)
   eval_every: int = _tunable(0, "Evaluate every N steps (0 = only at the end).",
                              None, _COUNT)
   checkpoint_every: int = _tunable(

@@ -173,7 +173,8 @@ def check_xla(c, strategy, encoder):
         "xla", True, "training runs the step without XLA (" +
         _without_xla(c, model_lib.is_own_encoder(encoder)) + ")")
   try:
-    model = model_lib.Classifier(prepared, c.num_classes, c.dropout_rate)
+    model = model_lib.Classifier(
+        prepared, c.num_classes, c.dropout_rate, pooling=c.pooling)
     opt = optimization.AdamW(model.trainable_variables,
                              optimization.WarmupLinearDecay(1e-9, 10, 1))
     k = c.grad_accumulation_steps  # the while_loop training compiles too

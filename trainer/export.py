@@ -82,7 +82,8 @@ def load_classifier(model_dir, checkpoint="", io_device=None):
   preprocessor, encoder = model_lib.load_checked(c,
                                                  tf.distribute.get_strategy(),
                                                  io_device)
-  model = model_lib.Classifier(encoder, c.num_classes, c.dropout_rate, c.seed)
+  model = model_lib.Classifier(encoder, c.num_classes, c.dropout_rate, c.seed,
+                               c.pooling)
   ckpt, step = checkpoints.for_reading(model, encoder)
   options = tf.train.CheckpointOptions(experimental_io_device=io_device)
   ckpt.restore(

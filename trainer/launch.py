@@ -175,6 +175,7 @@ def _state(c, strategy, encoder, plan, out, route):
       num_classes=c.num_classes,
       dropout_rate=c.dropout_rate,
       seed=c.seed,
+      pooling=c.pooling,
       schedule=optimization.WarmupLinearDecay(c.learning_rate, plan.total_steps,
                                               plan.warmup_steps),
       weight_decay=c.weight_decay,

@@ -187,7 +187,9 @@ def _hidden_size(encoder):
 
 
 class Classifier(tf.Module):
-  """logits = dense(dropout(encoder(inputs)["pooled_output"])).
+  """logits = dense(dropout(pooled)); pooled is the encoder's
+  `pooled_output` (`pooling="cls"`) or the mean of its `sequence_output`
+  over the real tokens (`"mean"`, as sentence-transformers pool).
 
   Create under `strategy.scope()` so the head variables are replicated like
   the encoder's.
@@ -198,10 +200,12 @@ class Classifier(tf.Module):
                num_classes,
                dropout_rate=0.1,
                seed=0,
+               pooling="cls",
                name="classifier"):
     super().__init__(name=name)
     self.encoder = encoder
     self.dropout_rate = dropout_rate
+    self.pooling = pooling
     hidden = _hidden_size(encoder)
     init = tf.random.stateless_truncated_normal([hidden, num_classes],
                                                 seed=[seed, 0],
@@ -227,12 +231,24 @@ class Classifier(tf.Module):
     Returns:
       logits: [batch, num_classes] float32.
     """
-    pooled = self.encoder(inputs, training=training)["pooled_output"]
+    outputs = self.encoder(inputs, training=training)
+    if self.pooling == "mean":
+      pooled = mean_pool(outputs["sequence_output"], inputs["input_mask"])
+    else:
+      pooled = outputs["pooled_output"]
     if training and self.dropout_rate > 0:
       seed = dropout_seed if dropout_seed is not None else tf.constant([0, 0])
       pooled = tf.nn.experimental.stateless_dropout(
           pooled, rate=self.dropout_rate, seed=seed)
     return tf.matmul(tf.cast(pooled, tf.float32), self.kernel) + self.bias
+
+
+def mean_pool(sequence, mask):
+  """float32 [batch, hidden]: the mean of `sequence` over positions where
+  `mask` (int [batch, seq]) is 1."""
+  weights = tf.cast(mask, tf.float32)[:, :, tf.newaxis]
+  total = tf.reduce_sum(tf.cast(sequence, tf.float32) * weights, axis=1)
+  return total / tf.maximum(tf.reduce_sum(weights, axis=1), 1.0)
 
 
 def _dummy_inputs():

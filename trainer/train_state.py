@@ -30,6 +30,7 @@ class TrainState:
                num_classes,
                dropout_rate,
                seed,
+               pooling="cls",
                schedule,
                weight_decay,
                clip_norm,
@@ -43,7 +44,7 @@ class TrainState:
     Args:
       strategy: the run's tf.distribute strategy.
       encoder: the prepared encoder (`model.prepare_encoder`).
-      num_classes, dropout_rate, seed: the classifier head.
+      num_classes, dropout_rate, seed, pooling: the head (`model.Classifier`).
       schedule, weight_decay, clip_norm: AdamW's (`optimization`).
       layer_decay: layer-wise learning-rate decay (`layer_decay`; 1 = off).
       loss_scaling: keep float16's `optimization.LossScale` (checkpointed).
@@ -53,8 +54,8 @@ class TrainState:
         host; `distribute.io_device`).
     """
     with strategy.scope():
-      self.model = model_lib.Classifier(
-          encoder, num_classes, dropout_rate=dropout_rate, seed=seed)
+      self.model = model_lib.Classifier(encoder, num_classes, dropout_rate,
+                                        seed, pooling)
       factors, self.layer_rates = layer_decay_lib.multipliers(
           encoder.trainable_variables, (self.model.kernel, self.model.bias),
           layer_decay)

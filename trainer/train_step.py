@@ -98,7 +98,10 @@ def _forward_backward(model, variables, global_batch_size, loss_scale,
       if loss_scale is not None:
         scale = loss_scale.scale.read_value()
         scaled = loss * scale
-    grads = tape.gradient(scaled, variables)
+    # Zeros, not None, for what the loss does not reach (the pooler under
+    # mean pooling): AdamW and the accumulation sum every variable.
+    grads = tape.gradient(
+        scaled, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
     if loss_scale is None:
       return loss, grads
     return loss, [tf.convert_to_tensor(g) / scale for g in grads]
