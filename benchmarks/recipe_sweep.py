@@ -82,8 +82,11 @@ def table(records, flagfile):
                    f"(rc {r['rc']}) | - | - |")
       continue
     minutes, seconds = divmod(int(r["wall_seconds"]), 60)
+    # None when the row only resumed a finished run (no loop timed).
+    speed = r["examples_per_second"]
     lines.append(f"| {r['name']} | `{' '.join(r['overrides'])}` | "
-                 f"{r['accuracy']:.4f} | {r['examples_per_second']:.1f} | "
+                 f"{r['accuracy']:.4f} | "
+                 f"{'-' if speed is None else f'{speed:.1f}'} | "
                  f"{minutes} min {seconds:02d} s |")
   lines.append("")
   lines.append(f"Command per row: `python -m trainer.main "

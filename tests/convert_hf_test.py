@@ -312,3 +312,22 @@ def test_command_line_error_is_one_line(tmp_path):
   errors = [s for s in result.stderr.splitlines() if s.startswith("error: ")]
   assert len(errors) == 1 and "model_type='distilbert'" in errors[0]
   assert "Traceback" not in result.stderr
+
+
+def test_preprocessors_of_two_vocabularies_in_turn_keep_their_own(tmp_path):
+  """A preprocessor built after another was freed reads its own vocabulary.
+  (TF names a file-backed table after the Asset's repr, a memory address,
+  and shares tables by name: with named tables, a new Asset at a freed
+  one's address got the freed preprocessor's vocabulary.)"""
+  base = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+  files = []
+  for i, words in enumerate((["apple", "pie"], ["pie", "apple"])):
+    path = tmp_path / f"vocab{i}.txt"
+    path.write_text("\n".join(base + words) + "\n")
+    files.append(str(path))
+  for round_ in range(6):
+    which = round_ % 2
+    p = preprocessing.BertPreprocessor(files[which])
+    ids = p.tokenize(tf.constant(["apple pie"])).merge_dims(-2, -1).to_list()
+    assert ids == [[5, 6] if which == 0 else [6, 5]], (round_, ids)
+    del p

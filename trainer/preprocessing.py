@@ -148,7 +148,12 @@ class BertPreprocessor(tf.Module):
                                       tf.lookup.TextFileIndex.WHOLE_LINE,
                                       tf.int64,
                                       tf.lookup.TextFileIndex.LINE_NUMBER),
-        default_value=-1)
+        default_value=-1,
+        # Anonymous: a named table is shared by name within the process, and
+        # the name TF derives from an Asset holds the Asset's memory
+        # address, so a later preprocessor whose Asset reuses the address
+        # of a freed one got the freed one's vocabulary.
+        experimental_is_anonymous=True)
     self._table = table
     # Normalization is ours (see `normalize`); the tokenizer only splits.
     tokenizer = text.BertTokenizer(

@@ -42,14 +42,13 @@ class TrainState:
     """Creates the state.
 
     Args:
-      strategy: the run's tf.distribute strategy.
-      encoder: the prepared encoder (`model.prepare_encoder`).
+      strategy, encoder: the run's, its encoder `model.prepare_encoder`d.
       num_classes, dropout_rate, seed, pooling: the head (`model.Classifier`).
-      schedule, weight_decay, clip_norm: AdamW's (`optimization`).
-      layer_decay: layer-wise learning-rate decay (`layer_decay`; 1 = off).
+      schedule, weight_decay, clip_norm, layer_decay: AdamW's and the
+        layer-wise rate decay's (`optimization`, `layer_decay`; 1 = off).
       loss_scaling: keep float16's `optimization.LossScale` (checkpointed).
-      directory: where this process writes its rolling checkpoints.
-      keep: rolling checkpoints kept.
+      directory, keep: where this process writes its rolling checkpoints,
+        how many it keeps.
       io_device: where the checkpoint files are read and written (a TPU's
         host; `distribute.io_device`).
     """
