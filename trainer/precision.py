@@ -125,14 +125,18 @@ def _foreign_bfloat16(device, cpu_flags, encoder_handle):
                 "(float32 variables, loss and logits)")
 
 
+def _xla_note(jit):
+  return ("; XLA: the encoder rebuilt from its saved config, hashed dropout "
+          "masks" if jit else "")
+
+
 def _float16(device, own_encoder, encoder_handle, jit):
   """The float16 Route: dynamic loss scaling, float16 matmuls."""
   if device == "tpu":
     raise errors.ConfigError(
         "--precision=float16 cannot run on a TPU: TPUs compute in bfloat16 "
         "(no float16 matmul units); use --precision=bfloat16 or auto")
-  xla = ("; XLA: the encoder rebuilt from its saved config, hashed dropout "
-         "masks" if jit else "")
+  xla = _xla_note(jit)
   scaling = "; dynamic loss scaling (2**15 to start, x2 after 2000 good steps)"
   if own_encoder:
     slow = ("; float16 on a CPU is emulated and slower than float32: for "
@@ -215,8 +219,7 @@ def choose(precision,
   if precision == "float16":
     return _float16(device, own_encoder, encoder_handle, jit)
   bfloat16 = precision == "bfloat16"
-  xla = ("; XLA: the encoder rebuilt from its saved config, hashed dropout "
-         "masks" if jit else "")
+  xla = _xla_note(jit)
   route = dict(
       precision=precision,
       jit_compile=jit,
