@@ -124,6 +124,7 @@ class TrainerContender(_Contender):
   def __init__(self, args, paths, steps_per_loop, jit_compile):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     from trainer import config as config_lib  # noqa: E501  pylint: disable=g-import-not-at-top
+    from trainer import checks  # pylint: disable=g-import-not-at-top
     from trainer import host  # pylint: disable=g-import-not-at-top
     from trainer import train_lib  # pylint: disable=g-import-not-at-top
     self.tf, self.keep_malloc_fast = tf, host.keep_malloc_fast
@@ -142,7 +143,7 @@ class TrainerContender(_Contender):
         checkpoint_every=0,
         shuffle_buffer=10_000,
         export=False)
-    self.run_ = train_lib.setup(config_lib.validate(c))
+    self.run_ = train_lib.setup(checks.validate(c))
     print(self.run_.route.note, file=sys.stderr)
     self.iterator = self.run_.train_data(0)
     self.steps_per_call = steps_per_loop

@@ -39,8 +39,9 @@ def read_rows(path):
 
 
 def command(flagfile, overrides, model_dir):
-  return ([sys.executable, "-m", "trainer.main", f"--flagfile={flagfile}"] +
-          list(FIXED) + overrides + [f"--model_dir={model_dir}"])
+  base = [f"--flagfile={flagfile}"] if flagfile else []
+  return ([sys.executable, "-m", "trainer.main"] + base + list(FIXED) +
+          overrides + [f"--model_dir={model_dir}"])
 
 
 def run_row(flagfile, name, overrides, work_dir):
@@ -62,7 +63,11 @@ def run_row(flagfile, name, overrides, work_dir):
     with open(summary_path) as f:
       summary = json.load(f)
     record.update(
-        accuracy=summary["eval_accuracy"],
+        metrics={
+            k.removeprefix("eval_"): v
+            for k, v in summary.items()
+            if k.startswith("eval_") and isinstance(v, float)
+        },
         eval_examples=summary["eval_examples"],
         examples_per_second=summary["examples_per_second"],
         steps=summary["final_step"])
@@ -73,11 +78,15 @@ def run_row(flagfile, name, overrides, work_dir):
 
 def table(records, flagfile):
   lines = [
-      "| row | overrides | held-out accuracy | train examples/s | wall |",
-      "| --- | --- | --- | --- | --- |"
+      "| row | overrides | eval metrics (final model) | train examples/s | "
+      "wall |", "| --- | --- | --- | --- | --- |"
   ]
   for r in records:
-    if "accuracy" not in r:
+    # Rows recorded before the sweep reported every metric held accuracy.
+    scores = r.get("metrics") or ({
+        "accuracy": r["accuracy"]
+    } if "accuracy" in r else None)
+    if not scores:
       lines.append(f"| {r['name']} | {' '.join(r['overrides'])} | failed "
                    f"(rc {r['rc']}) | - | - |")
       continue
@@ -85,7 +94,7 @@ def table(records, flagfile):
     # None when the row only resumed a finished run (no loop timed).
     speed = r["examples_per_second"]
     lines.append(f"| {r['name']} | `{' '.join(r['overrides'])}` | "
-                 f"{r['accuracy']:.4f} | "
+                 f"{', '.join(f'{k} {v:.4f}' for k, v in scores.items())} | "
                  f"{'-' if speed is None else f'{speed:.1f}'} | "
                  f"{minutes} min {seconds:02d} s |")
   lines.append("")
@@ -99,7 +108,10 @@ def table(records, flagfile):
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--flagfile", required=True)
+  parser.add_argument(
+      "--flagfile",
+      default="",
+      help="The base flagfile ('' = each row gives its own --flagfile).")
   parser.add_argument("--rows", required=True)
   parser.add_argument("--work_dir", required=True)
   parser.add_argument(
@@ -116,7 +128,7 @@ def main():
     records.append(run_row(args.flagfile, name, overrides, args.work_dir))
     r = records[-1]
     print(
-        f"{name}: accuracy {r.get('accuracy', 'failed')}, "
+        f"{name}: {r.get('metrics', 'failed')}, "
         f"{r['wall_seconds']:.0f} s",
         file=sys.stderr,
         flush=True)

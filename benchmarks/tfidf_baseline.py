@@ -1,12 +1,18 @@
-r"""A floor for any fine-tuned encoder: TF-IDF + logistic regression.
+r"""A floor for any fine-tuned encoder: TF-IDF + a linear model.
 
     python benchmarks/tfidf_baseline.py \
         --flagfile=flags/sentiment140_minilm_cpu.flags
+    python benchmarks/tfidf_baseline.py \
+        --flagfile=flags/glue_mrpc_minilm_cpu.flags
 
 Takes the trainer's data flags and reads the splits through the trainer's
 own data path (`input_pipeline.make_splits`), so the seeded train/validation
-carve is the very one the fine-tuning run used. Needs scikit-learn
-(`pip install -e '.[bench]'`). Prints a table and accuracy on validation.
+carve (or --eval_file) is the very one the fine-tuning run used. One text:
+word 1-2 and char_wb 2-5 grams. A sentence pair: each side's features, their
+elementwise product and their cosine (what the two share). Logistic
+regression for classes, ridge regression for a regression
+(--num_classes=1); scored with the trainer's own metrics (--eval_metrics).
+Needs scikit-learn (`pip install -e '.[bench]'`). Prints a table.
 """
 
 import os
@@ -21,56 +27,102 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from trainer import cli  # noqa: E402
 from trainer import input_pipeline  # noqa: E402
+from trainer import metrics  # noqa: E402
 
 cli.define_config_flags()  # the trainer's flags: the same data, the same split
 flags.DEFINE_float(
-    "c", 4.0, "Inverse regularization strength of the "
-    "logistic regression.")
+    "c", 4.0, "Inverse regularization strength of the linear model (ridge: "
+    "alpha = 1/c).")
 FLAGS = flags.FLAGS
 
 
 def texts_and_labels(split):
+  """([texts] or [(text, text_pair)], labels) of the usable rows."""
   texts, labels = [], []
   for batch_texts, batch_labels in input_pipeline.usable_rows(split).batch(
       1024):
-    texts.extend(t.decode("utf-8") for t in batch_texts.numpy())
+    for t in batch_texts.numpy():
+      texts.append(
+          t.decode("utf-8") if isinstance(t, bytes) else tuple(
+              s.decode("utf-8") for s in t))
     labels.extend(batch_labels.numpy().tolist())
   return texts, np.array(labels)
 
 
+def _vectorizers():
+  from sklearn import feature_extraction  # pylint: disable=g-import-not-at-top
+  tfidf = feature_extraction.text.TfidfVectorizer
+  # Words and word pairs, plus character 2-5 grams inside word boundaries
+  # (robust to the spelling of tweets: "loooove", "gr8").
+  return (tfidf(ngram_range=(1, 2), min_df=2, sublinear_tf=True),
+          tfidf(
+              analyzer="char_wb",
+              ngram_range=(2, 5),
+              min_df=2,
+              sublinear_tf=True))
+
+
+def features(train, evaluate):
+  """(x_train, x_eval) sparse matrices."""
+  from scipy import sparse  # pylint: disable=g-import-not-at-top
+  vectorizers = _vectorizers()
+  if not isinstance(train[0], tuple):
+    fit = [v.fit_transform(train) for v in vectorizers]
+    return (sparse.hstack(fit).tocsr(),
+            sparse.hstack([v.transform(evaluate) for v in vectorizers]).tocsr())
+  for v in vectorizers:
+    v.fit([t[0] for t in train] + [t[1] for t in train])
+
+  def pair(rows):
+    a, b = (
+        sparse.hstack([v.transform([r[i]
+                                    for r in rows])
+                       for v in vectorizers]).tocsr()
+        for i in (0, 1))
+    shared = a.multiply(b).tocsr()
+    norms = np.sqrt(a.multiply(a).sum(1)) * np.sqrt(b.multiply(b).sum(1))
+    cosine = np.asarray(shared.sum(1)) / np.maximum(norms, 1e-9)
+    return sparse.hstack([a, b, shared, sparse.csr_matrix(cosine)]).tocsr()
+
+  return pair(train), pair(evaluate)
+
+
+def fit_and_score(c, x_train, train_labels, x_eval, eval_labels):
+  """(what was fitted, {metric: value}) with the trainer's metrics."""
+  from sklearn import linear_model  # pylint: disable=g-import-not-at-top
+  if c.regression:
+    model = linear_model.Ridge(alpha=1.0 / FLAGS.c)
+    model.fit(x_train, train_labels)
+    return (f"ridge regression (alpha={1.0 / FLAGS.c:g})",
+            metrics.from_scores(
+                model.predict(x_eval), eval_labels, c.metrics()))
+  model = linear_model.LogisticRegression(C=FLAGS.c, max_iter=2000)
+  model.fit(x_train, train_labels)
+  k = c.num_classes
+  confusion = np.zeros([k, k], np.int64)
+  np.add.at(confusion, (eval_labels, model.predict(x_eval)), 1)
+  names = ("accuracy",) + tuple(m for m in c.metrics() if m != "accuracy")
+  return (f"logistic regression (C={FLAGS.c:g})",
+          metrics.from_confusion(confusion, names))
+
+
 def main(argv):
   del argv
-  # Optional dependencies (the `bench` extra), imported when used.
-  from scipy import sparse  # pylint: disable=g-import-not-at-top
-  from sklearn import feature_extraction  # pylint: disable=g-import-not-at-top
-  from sklearn import linear_model  # pylint: disable=g-import-not-at-top
-  tfidf = feature_extraction.text.TfidfVectorizer
   c = cli.config_from_flags()
   splits = input_pipeline.make_splits(c)
   train_texts, train_labels = texts_and_labels(splits["train"])
   eval_texts, eval_labels = texts_and_labels(splits["validation"])
   start = time.perf_counter()
-  # Words and word pairs, plus character 2-5 grams inside word boundaries
-  # (robust to the spelling of tweets: "loooove", "gr8").
-  words = tfidf(ngram_range=(1, 2), min_df=2, sublinear_tf=True, lowercase=True)
-  chars = tfidf(
-      analyzer="char_wb", ngram_range=(2, 5), min_df=2, sublinear_tf=True)
-  x_train = sparse.hstack(
-      [words.fit_transform(train_texts),
-       chars.fit_transform(train_texts)]).tocsr()
-  x_eval = sparse.hstack(
-      [words.transform(eval_texts),
-       chars.transform(eval_texts)]).tocsr()
-  classifier = linear_model.LogisticRegression(C=FLAGS.c, max_iter=2000)
-  classifier.fit(x_train, train_labels)
-  accuracy = float((classifier.predict(x_eval) == eval_labels).mean())
+  x_train, x_eval = features(train_texts, eval_texts)
+  kind, scores = fit_and_score(c, x_train, train_labels, x_eval, eval_labels)
   seconds = time.perf_counter() - start
-  print("| model | train rows | validation rows | features | accuracy | "
-        "fit + predict s |")
-  print("|---|---|---|---|---|---|")
-  print(f"| TF-IDF (word 1-2 + char_wb 2-5) + logistic regression (C="
-        f"{FLAGS.c}) | {len(train_texts)} | {len(eval_texts)} | "
-        f"{x_train.shape[1]} | {accuracy:.4f} | {seconds:.1f} |")
+  names = list(scores)
+  print("| model | train rows | validation rows | features | " +
+        " | ".join(names) + " | fit + predict s |")
+  print("|---" * (5 + len(names)) + "|")
+  print(f"| TF-IDF (word 1-2 + char_wb 2-5) + {kind} | {len(train_texts)} | "
+        f"{len(eval_texts)} | {x_train.shape[1]} | " +
+        " | ".join(f"{scores[n]:.4f}" for n in names) + f" | {seconds:.1f} |")
 
 
 if __name__ == "__main__":

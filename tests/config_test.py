@@ -9,6 +9,7 @@ from absl import flags
 import pytest
 
 from conftest import ROOT
+from trainer import checks
 from trainer import cli
 from trainer import config as config_lib
 from trainer import errors
@@ -69,7 +70,7 @@ def test_flagfiles_parse_against_the_generated_flags(flagfile):
   c = cli.config_from_flags(flag_values)
   local = dict(train_file="", eval_file="", test_file="", tfds_name="")
   local.update(encoder_handle="demo", preprocessor_handle="demo")
-  config_lib.validate(dataclasses.replace(c, **local))  # all but the paths
+  checks.validate(dataclasses.replace(c, **local))  # all but the paths
   given = {n for n in config_lib.FIELDS if flag_values[n].present}
   assert given, "a flagfile that sets nothing"
   for name in given:
@@ -112,8 +113,16 @@ def test_complete_takes_vertex_locations_for_unset_flags():
     ("epochs", math.inf, "must be > 0 when --train_steps=0"),
     ("strategy", "ps", "choose one of auto, one_device, mirrored, "
      "multi_worker_mirrored"),
+    ("early_stopping_metric", "eval/f2",
+     "choose one of eval/loss, eval/accuracy, eval/f1, eval/mcc, "
+     "eval/pearson, eval/spearman, eval/mismatched_accuracy"),
     ("early_stopping_metric", "eval/f1",
-     "choose one of eval/loss, eval/accuracy"),
+     "evals report eval/loss, eval/accuracy (--eval_metrics)"),
+    ("eval_metrics", "pearson", "pearson is not a classification metric; "
+     "choose from accuracy, f1, mcc"),
+    ("num_classes", 0, "must be at least 1 (1 = regression)"),
+    ("header", "maybe", "choose one of auto, yes, no"),
+    ("quoting", "double", "choose one of csv, none"),
     ("model_dir", "", "give a folder (local or gs://)"),
     ("layer_decay", 0.0, "must be in (0, 1]"),
     ("layer_decay", 1.5, "must be in (0, 1]"),
@@ -122,23 +131,62 @@ def test_complete_takes_vertex_locations_for_unset_flags():
 def test_validation_table(field, value, message):
   c = config_lib.Config(**{field: value})
   with pytest.raises(errors.ConfigError) as info:
-    config_lib.validate(c)
+    checks.validate(c)
   assert str(info.value) == f"--{field}={value!r} is invalid: {message}"
 
 
 def test_label_map_defaults():
-  assert config_lib.Config().label_map_for() == {0: 0, 1: 1}
-  assert config_lib.Config(num_classes=3).label_map_for() == {0: 0, 1: 1, 2: 2}
-  assert config_lib.Config(tfds_name="sentiment140").label_map_for() == {
-      0: 0,
-      4: 1
+  assert config_lib.Config().label_map_for() == {"0": 0, "1": 1}
+  assert config_lib.Config(num_classes=3).label_map_for() == {
+      "0": 0,
+      "1": 1,
+      "2": 2
   }
-  assert config_lib.Config().label_map_for(sentiment140=True) == {0: 0, 4: 1}
-  assert config_lib.Config(label_map="2:0,7:1").label_map_for(
+  assert config_lib.Config(tfds_name="sentiment140").label_map_for() == {
+      "0": 0,
+      "4": 1
+  }
+  assert config_lib.Config().label_map_for(sentiment140=True) == {
+      "0": 0,
+      "4": 1
+  }
+  assert config_lib.Config(label_map="2:0,07:1").label_map_for(
       sentiment140=True) == {
-          2: 0,
-          7: 1
+          "2": 0,
+          "7": 1
       }
+  # Words (GLUE's RTE), and no map at all for a regression.
+  assert config_lib.Config(
+      label_map="not_entailment:0, entailment:1").label_map_for() == {
+          "not_entailment": 0,
+          "entailment": 1
+      }
+  assert config_lib.Config(num_classes=1).label_map_for() == {}
+
+
+def test_known_tfds_tasks_fill_what_the_user_left_unset():
+  mnli = config_lib.complete(
+      config_lib.Config(tfds_name="glue/mnli"), given={"tfds_name"})
+  assert (mnli.num_classes, mnli.label_names, mnli.metrics(),
+          mnli.pairs) == (3, "entailment,neutral,contradiction", ("accuracy",),
+                          True)
+  assert mnli.tfds_defaults() == ("premise,hypothesis", "label")
+  stsb = config_lib.complete(
+      config_lib.Config(tfds_name="glue/stsb"), given={"tfds_name"})
+  assert (stsb.num_classes, stsb.regression, stsb.class_names(),
+          stsb.metrics()) == (1, True, ["score"], ("pearson", "spearman"))
+  mrpc = config_lib.complete(
+      config_lib.Config(tfds_name="glue/mrpc", eval_metrics="accuracy"),
+      given={"tfds_name", "eval_metrics"})
+  assert mrpc.metrics() == ("accuracy",)
+  assert mrpc.class_names() == ["not_equivalent", "equivalent"]
+  assert mrpc.hidden_test_labels()
+  assert not config_lib.Config(tfds_name="imdb_reviews").hidden_test_labels()
+  files = config_lib.Config(train_file="t.tsv", text_column="a, b")
+  assert files.pairs and not config_lib.Config(train_file="t.tsv").pairs
+  with pytest.raises(errors.ConfigError, match="leave --label_map unset"):
+    checks.validate(
+        config_lib.Config(num_classes=1, label_map="0:0", eval_metrics=""))
 
 
 def _plan(**kwargs):
@@ -177,9 +225,9 @@ def test_make_plan_in_steps():
 def test_micro_batches_must_split_the_batch_evenly():
   c = config_lib.Config(batch_size=32, grad_accumulation_steps=3)
   with pytest.raises(errors.ConfigError) as info:
-    config_lib.check_replicas(c, 2)
+    checks.check_replicas(c, 2)
   assert str(info.value) == (
       "--batch_size=32 is invalid: the global batch must be divisible by "
       "the 2 replicas x 3 micro-batches; use a multiple of 6")
-  config_lib.check_replicas(
+  checks.check_replicas(
       config_lib.Config(batch_size=32, grad_accumulation_steps=4), 2)

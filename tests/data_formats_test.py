@@ -17,6 +17,7 @@ from conftest import SHARED_CSV
 from conftest import run_module
 from data_test import INJECTED
 from data_test import make_fixture
+from trainer import checks
 from trainer import config as config_lib
 from trainer import errors
 from trainer import input_pipeline
@@ -124,11 +125,11 @@ def test_one_class_and_an_empty_carve_say_so(tmp_path):
 
 def test_a_folder_or_a_file_in_the_wrong_place_is_named(tmp_path):
   with pytest.raises(errors.ConfigError, match="is a folder; give a CSV/TSV"):
-    config_lib.validate(config_lib.Config(train_file=str(tmp_path)))
+    checks.validate(config_lib.Config(train_file=str(tmp_path)))
   afile = tmp_path / "f"
   afile.write_text("x")
   with pytest.raises(errors.ConfigError, match="is a file; give a folder"):
-    config_lib.validate(config_lib.Config(model_dir=str(afile)))
+    checks.validate(config_lib.Config(model_dir=str(afile)))
 
 
 def _original_zip_layout(path):

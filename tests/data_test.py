@@ -123,7 +123,8 @@ def _used(source, field):
   out = []
   for chunk in source.chunks():
     mask = chunk["reason"].numpy() == 0
-    out.extend(chunk[field].numpy()[mask].tolist())
+    values = chunk[field].numpy()[mask]
+    out.extend((values[:, 0] if field == "text" else values).tolist())
   return out
 
 
@@ -181,7 +182,7 @@ def test_sentiment140_zip_gives_train_and_test(tmp_path):
   used = counts["train"]["rows_used"] + counts["validation"]["rows_used"]
   assert used == len(valid)
   assert splits["train"].source.member.startswith("training")
-  assert splits["train"].source.label_map == {0: 0, 4: 1}
+  assert splits["train"].source.label_map == {"0": 0, "4": 1}
 
 
 def test_wrong_column_name_is_a_clear_error(tmp_path):

@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import run_module
+from trainer import checks
 from trainer import config as config_lib
 from trainer import distribute
 from trainer import train_lib
@@ -102,7 +103,7 @@ def test_missing_handle_is_a_clear_error(tmp_path):
     ("steps_per_loop", 0, "must be >= 1"),
     ("label_map", "0-0", "write it as raw:class pairs"),
     ("label_map", "0:0,4:2", "outside [0, --num_classes=2)"),
-    ("num_classes", 1, "must be at least 2"),
+    ("num_classes", 0, "must be at least 1 (1 = regression)"),
     ("train_steps", -1, "must be >= 0"),
     ("validation_fraction", 1.0, "must be in (0, 1)"),
     ("train_file", "/nonexistent/x.csv", "no such file"),
@@ -115,7 +116,7 @@ def test_missing_handle_is_a_clear_error(tmp_path):
 def test_validation_names_flag_value_and_fix(field, value, message):
   c = config_lib.Config(**{field: value})
   with pytest.raises(config_lib.ConfigError) as info:
-    config_lib.validate(c)
+    checks.validate(c)
   assert f"--{field}={value!r} is invalid" in str(info.value)
   assert message in str(info.value)
 
@@ -123,8 +124,8 @@ def test_validation_names_flag_value_and_fix(field, value, message):
 def test_batch_not_divisible_by_replicas():
   c = config_lib.Config(batch_size=33)
   with pytest.raises(config_lib.ConfigError, match="multiple of 2"):
-    config_lib.check_replicas(c, 2)
-  config_lib.check_replicas(config_lib.Config(batch_size=34), 2)
+    checks.check_replicas(c, 2)
+  checks.check_replicas(config_lib.Config(batch_size=34), 2)
 
 
 def test_seq_length_above_encoder_positions(demo_paths):

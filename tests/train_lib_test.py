@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from conftest import ROOT
 from conftest import run_module
+from trainer import checks
 from trainer import actions
 from trainer import checkpoints
 from trainer import config as config_lib
@@ -38,7 +39,7 @@ def _config(tmp_path, demo_paths, **kwargs):
       learning_rate=1e-3,
       export=False)
   values.update(kwargs)
-  return config_lib.validate(config_lib.Config(**values))
+  return checks.validate(config_lib.Config(**values))
 
 
 @pytest.fixture(scope="module")

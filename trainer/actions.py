@@ -162,7 +162,7 @@ class BestKeeper:
   def __init__(self, directory, checkpoint, options, metric, patience):
     self.directory, self.options = directory, options
     self.key = metric.split("/", 1)[-1]  # "eval/loss" -> "loss"
-    self.lower_is_better = self.key == "loss"
+    self.lower_is_better = self.key.endswith("loss")
     self.patience = patience
     self.manager = tf.train.CheckpointManager(
         checkpoint, directory, max_to_keep=1, checkpoint_name="best")
@@ -189,9 +189,10 @@ class BestKeeper:
 class Evaluator:
   """Evaluates on the validation split between loops and at the end.
 
-  Logs the metrics, writes `eval/accuracy` and `eval/loss`, the confusion
-  matrix image and (two classes) the PR curve, and hands the metrics to the
-  best keeper. The same step is never evaluated twice (the final eval
+  Logs the metrics, writes each as `eval/<name>` (loss, accuracy, the
+  task's --eval_metrics, MNLI's mismatched_*), the confusion matrix image
+  and (two classes) the PR curve, and hands the metrics to the best
+  keeper. The same step is never evaluated twice (the final eval
   reuses the last loop's when they coincide).
   """
 
@@ -205,18 +206,26 @@ class Evaluator:
     """Returns (metrics, whether early stopping says stop)."""
     if step not in self._done:
       metrics = self._evaluate()
-      logging.info(
-          "eval at step %d: accuracy %.4f loss %.4f over %d "
-          "examples", step, metrics["accuracy"], metrics["loss"],
-          metrics["examples"])
+      scalars = scalar_metrics(metrics)
+      logging.info("eval at step %d: %s over %d examples", step,
+                   ", ".join(f"{k} {v:.4f}" for k, v in scalars.items()),
+                   metrics["examples"])
       write_scalars(self.writer, step, {
-          "eval/accuracy": metrics["accuracy"],
-          "eval/loss": metrics["loss"]
+          f"eval/{k}": v for k, v in scalars.items()
       })
-      summaries.write_eval_pictures(self.writer, step, metrics["confusion"],
-                                    self.class_names, metrics.get("histograms"))
+      if "confusion" in metrics:
+        summaries.write_eval_pictures(self.writer, step,
+                                      metrics["confusion"], self.class_names,
+                                      metrics.get("histograms"))
       self._done[step] = (metrics, self.best.update(metrics, step))
     return self._done[step]
+
+
+def scalar_metrics(metrics):
+  """The float metrics of an eval: the task's (accuracy, f1, ...) first,
+  the losses last."""
+  scalars = [(k, v) for k, v in metrics.items() if isinstance(v, float)]
+  return dict(sorted(scalars, key=lambda kv: kv[0].endswith("loss")))
 
 
 def throughput(loop_times):

@@ -3,14 +3,11 @@
 Each field is a flag of the same name: its default, help text, choices and
 simple rule live here, with the field (`trainer.cli` makes the absl flags
 from them). `complete()` fills what the user left unset (Vertex AI's output
-locations, the demo's defaults), `validate()` checks everything that can be
-checked without loading a model or reading data and raises `ConfigError`
-naming the flag, the bad value and what would be valid. Checks that need
-the loaded encoder live in `trainer.model`. No TensorFlow at import time,
-so `--help` stays fast.
+locations, a known task's classes and metrics, the demo's defaults);
+`trainer.checks` validates a Config. No TensorFlow at import time, so
+`--help` stays fast.
 """
 
-import codecs
 import dataclasses
 import math
 import os
@@ -19,14 +16,18 @@ import re
 from absl import logging
 
 from trainer import errors
+from trainer import tasks
 
 DEMO = "demo"
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker_mirrored")
 FILE_FORMATS = ("auto", "sentiment140", "csv", "tsv")
+HEADERS = ("auto", "yes", "no")
+QUOTINGS = ("csv", "none")
 PRECISIONS = ("float32", "bfloat16", "float16", "auto")
 POOLINGS = ("cls", "mean")
-EARLY_STOPPING_METRICS = ("eval/loss", "eval/accuracy")
-SENTIMENT140_LABEL_MAP = {0: 0, 4: 1}
+EARLY_STOPPING_METRICS = ("eval/loss",) + tuple(
+    f"eval/{m}" for m in tasks.METRICS + ("mismatched_accuracy",))
+SENTIMENT140_LABEL_MAP = {"0": 0, "4": 1}
 ConfigError = errors.ConfigError
 
 # Vertex AI sets these for custom jobs; they are the defaults of the flags.
@@ -98,7 +99,9 @@ class Config:
       "", "TFDS dataset, e.g. sentiment140. With neither this nor "
       "--train_file, the built-in demo text set is used.")
   data_dir: str = _tunable("", "TFDS data_dir (gs:// works).")
-  text_key: str = _flag("", "TFDS text feature ('' = text).")
+  text_key: str = _flag(
+      "", "TFDS text feature, or two comma-separated for sentence pairs ('' "
+      "= the task's, e.g. sentence1,sentence2 for glue/mrpc, else text).")
   label_key: str = _flag(
       "", "TFDS label feature ('' = polarity for sentiment140, else label).")
   train_file: str = _flag("", "CSV/TSV with a header row (or --tfds_name).")
@@ -111,16 +114,28 @@ class Config:
       "auto", "sentiment140: six columns, no header, quoted, ISO-8859-1 (a "
       "header copy is detected too); csv/tsv: a header row. auto detects, "
       "and logs what it found.", FILE_FORMATS)
-  text_column: str = _flag("text", "Text column (name or 0-based index).")
+  text_column: str = _flag(
+      "text", "Text column (name or 0-based index), or two comma-separated "
+      "for sentence pairs (e.g. question,sentence).")
   label_column: str = _flag("label", "Label column (name or 0-based index).")
   encoding: str = _flag(
       "", "File encoding ('' = utf-8 if the start decodes, else "
       "iso-8859-1).")
+  header: str = _flag(
+      "auto", "Whether the file starts with a header row (auto: detected "
+      "for Sentiment140's layout, yes for CSV/TSV; no: columns by index, as "
+      "GLUE's CoLA).", HEADERS)
+  quoting: str = _flag(
+      "csv", "csv: double quotes enclose fields; none: they are plain "
+      "characters (GLUE's TSVs).", QUOTINGS)
   label_map: str = _flag(
-      "", "raw:class pairs, e.g. 0:0,4:1 ('' = 0:0,4:1 for sentiment140, "
-      "else identity). Other labels are excluded and counted.")
-  num_classes: int = _flag(2, "Number of classes.", None,
-                           (lambda v: v >= 2, "must be at least 2"))
+      "", "raw:class pairs, e.g. 0:0,4:1 or not_entailment:0,entailment:1 ("
+      "'' = 0:0,4:1 for sentiment140, else identity). Other labels are "
+      "excluded and counted.")
+  num_classes: int = _flag(
+      2, "Number of classes; 1 = regression (float labels, mean squared "
+      "error, e.g. STS-B).", None, (lambda v: v >= 1, "must be at least 1 "
+                                    "(1 = regression)"))
   label_names: str = _flag(
       "", "Comma-separated class names, saved with the model ('' = "
       "negative,positive for 2 classes).")
@@ -221,9 +236,15 @@ class Config:
   early_stopping_patience: int = _tunable(
       0, "Stop after this many evals without a better "
       "--early_stopping_metric (0 = never).", None, _COUNT)
+  eval_metrics: str = _flag(
+      "", "What evals report beside loss: accuracy, f1 (of class 1), mcc, "
+      "pearson, spearman ('' = the task's: f1,accuracy for glue/mrpc and "
+      "qqp, mcc for glue/cola, pearson,spearman for regression, else "
+      "accuracy).")
   early_stopping_metric: str = _flag(
       "eval/loss", "Metric that picks the best checkpoint (kept in "
-      "checkpoints/best and restored at the end).", EARLY_STOPPING_METRICS)
+      "checkpoints/best and restored at the end): eval/loss or one that "
+      "evals report (--eval_metrics).", EARLY_STOPPING_METRICS)
   profile_steps: str = _tunable(
       "", "FIRST,LAST: record a TensorBoard profile (trace viewer, op "
       "statistics) of training steps FIRST..LAST into the train summaries "
@@ -245,19 +266,51 @@ class Config:
   def is_demo(self):
     return self.encoder_handle == DEMO and self.source_kind == "demo"
 
+  @property
+  def regression(self):
+    return self.num_classes == 1
+
+  @property
+  def pairs(self):
+    """Whether examples are sentence pairs (two text fields)."""
+    if self.source_kind == "tfds":
+      return "," in (self.text_key or self.tfds_defaults()[0])
+    return "," in self.text_column  # files (also trainer.evaluate's)
+
+  def tfds_defaults(self):
+    """(text_key, label_key) of --tfds_name's task (text, label if not
+    known)."""
+    task = tasks.tfds_task(self.tfds_name)
+    return (task.text_keys, task.label_key) if task else ("text", "label")
+
+  def hidden_test_labels(self):
+    task = tasks.tfds_task(self.tfds_name)
+    return bool(task and task.hidden_test_labels)
+
+  def metrics(self):
+    """The metrics evals report beside loss (`tasks.parse_metrics`)."""
+    return tasks.parse_metrics(
+        self.eval_metrics or tasks.default_metrics(self.num_classes),
+        self.num_classes)
+
   def label_map_for(self, sentiment140=False):
-    """The raw-label -> class-id map: --label_map, else 0:0,4:1 for
-    Sentiment140 (TFDS, or a file in its layout), else the identity."""
+    """The raw-label -> class-id map ({} for regression): --label_map, else
+    0:0,4:1 for Sentiment140 (TFDS, or a file in its layout), else the
+    identity; raw labels as strings ("4", "entailment")."""
     if self.label_map:
       return parse_label_map(self.label_map)
+    if self.regression:
+      return {}
     if sentiment140 or (self.source_kind == "tfds" and
                         self.tfds_name.startswith("sentiment140")):
       return dict(SENTIMENT140_LABEL_MAP)
-    return {i: i for i in range(self.num_classes)}
+    return {str(i): i for i in range(self.num_classes)}
 
   def class_names(self):
     if self.label_names:
       return [n.strip() for n in self.label_names.split(",")]
+    if self.regression:
+      return ["score"]
     if self.num_classes == 2:
       return ["negative", "positive"]
     return [f"class_{i}" for i in range(self.num_classes)]
@@ -267,29 +320,17 @@ FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 
 
 def parse_label_map(spec):
-  """'0:0,4:1' -> {0: 0, 4: 1}; raises ValueError on a malformed spec."""
+  """'0:0,4:1' -> {"0": 0, "4": 1}, 'no:0,yes:1' -> {"no": 0, "yes": 1}
+  (an integer raw label in its canonical digits); ValueError on a malformed
+  spec."""
   mapping = {}
   for item in spec.split(","):
-    raw, sep, cls = item.strip().partition(":")
-    if not sep:
+    raw, sep, cls = item.strip().rpartition(":")
+    if not sep or not raw.strip():
       raise ValueError(f"label map entry {item!r} is not of the form raw:class")
-    mapping[int(raw)] = int(cls)
+    raw = raw.strip()
+    mapping[str(int(raw)) if re.fullmatch(r"[+-]?\d+", raw) else raw] = int(cls)
   return mapping
-
-
-def profile_window(spec):
-  """--profile_steps=FIRST,LAST -> (first, last), or None for ''."""
-  if not spec:
-    return None
-  parts = spec.split(",")
-  try:
-    first, last = (int(p) for p in parts)
-  except ValueError:
-    first = last = 0
-  if len(parts) != 2 or not 0 < first <= last:
-    _fail("profile_steps", spec,
-          "give FIRST,LAST steps with 0 < FIRST <= LAST, e.g. 20,30")
-  return first, last
 
 
 def changed_fields(c):
@@ -318,6 +359,13 @@ def complete(c, given=None, environ=None):
     if name not in given and environ.get(env):
       values[name] = environ[env]
       logging.info("--%s from Vertex AI's %s: %s", name, env, values[name])
+  task = tasks.tfds_task(c.tfds_name) if c.source_kind == "tfds" else None
+  if task:
+    values.update({
+        k: getattr(task, "metrics" if k == "eval_metrics" else k)
+        for k in tasks.TASK_FIELDS
+        if k not in given
+    })
   if c.is_demo:
     applied = {k: v for k, v in DEMO_DEFAULTS.items() if k not in given}
     values.update(applied)
@@ -325,126 +373,3 @@ def complete(c, given=None, environ=None):
         "Embedded demo: built-in encoder and text set, offline; demo "
         "defaults %s", applied)
   return dataclasses.replace(c, **values)
-
-
-def _fail(flag, value, valid):
-  raise errors.ConfigError(f"--{flag}={value!r} is invalid: {valid}")
-
-
-def _is_remote(path):
-  return bool(re.match(r"^[a-z][a-z0-9+.-]*://", path))
-
-
-def _exists(path):
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  return tf.io.gfile.exists(path)
-
-
-def _isdir(path):
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  return tf.io.gfile.isdir(path)
-
-
-def _check_fields(c):
-  """Each field's own choices and rule (the metadata above)."""
-  for name, f in FIELDS.items():
-    value = getattr(c, name)
-    choices = f.metadata["choices"]
-    if choices and value not in choices:
-      _fail(name, value, f"choose one of {', '.join(choices)}")
-    check = f.metadata["check"]
-    if check and not check[0](value):
-      _fail(name, value, check[1])
-
-
-def _check_handle(flag, handle):
-  if handle == DEMO or _is_remote(handle):
-    return
-  if not _exists(handle):
-    _fail(
-        flag, handle, "no such folder; give a local SavedModel folder, a "
-        "gs:// path, a https:// TF Hub / Kaggle URL, or 'demo'")
-  if not _exists(os.path.join(handle, "saved_model.pb")):
-    _fail(
-        flag, handle, "the folder holds no saved_model.pb; point it at a TF "
-        "Hub SavedModel folder")
-
-
-def _check_sources(c):
-  """Handles and data files: they exist and go together."""
-  if c.tpu and c.strategy != "auto":
-    _fail("strategy", c.strategy, "with --tpu set leave --strategy=auto")
-  _check_handle("encoder_handle", c.encoder_handle)
-  _check_handle("preprocessor_handle", c.preprocessor_handle)
-  if (c.encoder_handle == DEMO) != (c.preprocessor_handle == DEMO):
-    _fail(
-        "preprocessor_handle", c.preprocessor_handle,
-        "the demo encoder and demo preprocessor go together; set both "
-        "handles or neither")
-  if c.train_file and c.tfds_name:
-    _fail("tfds_name", c.tfds_name, "give either --tfds_name or --train_file")
-  for flag in ("train_file", "eval_file", "test_file"):
-    path = getattr(c, flag)
-    if path and flag != "train_file" and not c.train_file:
-      _fail(flag, path, "needs --train_file")
-    if path and not _is_remote(path) and not _exists(path):
-      _fail(flag, path, "no such file")
-    if path and not _is_remote(path) and _isdir(path):
-      _fail(flag, path, "is a folder; give a CSV/TSV file (plain, .gz or "
-            ".zip)")
-  if not _is_remote(c.model_dir) and _exists(
-      c.model_dir) and not _isdir(c.model_dir):
-    _fail("model_dir", c.model_dir, "is a file; give a folder")
-
-
-def _check_labels(c):
-  if c.encoding:
-    try:
-      codecs.lookup(c.encoding)
-    except LookupError:
-      _fail("encoding", c.encoding, "not a codec Python knows (e.g. utf-8, "
-            "iso-8859-1)")
-  if len(c.class_names()) != c.num_classes:
-    _fail("label_names", c.label_names, f"give {c.num_classes} comma-"
-          "separated names, one per class")
-  try:
-    label_map = c.label_map_for()
-  except ValueError as e:
-    _fail("label_map", c.label_map, f"{e}; write it as raw:class pairs, e.g. "
-          "0:0,4:1")
-  bad = sorted(v for v in label_map.values() if not 0 <= v < c.num_classes)
-  if bad:
-    _fail("label_map", c.label_map, f"class ids {bad} are outside "
-          f"[0, --num_classes={c.num_classes})")
-
-
-def _check_schedule(c):
-  if c.train_steps == 0 and not (math.isfinite(c.epochs) and c.epochs > 0):
-    _fail("epochs", c.epochs, "must be > 0 when --train_steps=0")
-  if c.early_stopping_patience and not c.eval_every:
-    _fail("early_stopping_patience", c.early_stopping_patience,
-          "needs --eval_every > 0 (patience is counted in evals)")
-  profile_window(c.profile_steps)
-
-
-def validate(c):
-  """Raises ConfigError for the first invalid field; returns `c` otherwise."""
-  _check_fields(c)
-  _check_sources(c)
-  _check_labels(c)
-  _check_schedule(c)
-  return c
-
-
-def check_replicas(c, num_replicas):
-  """Batch sizes must split evenly over the replicas (static TPU shapes),
-  the training batch also into --grad_accumulation_steps micro-batches."""
-  k = c.grad_accumulation_steps
-  for flag, n in (("batch_size", num_replicas * k), ("eval_batch_size",
-                                                     num_replicas)):
-    value = getattr(c, flag)
-    micro = f" x {k} micro-batches" if flag == "batch_size" and k > 1 else ""
-    if value and value % n:
-      _fail(
-          flag, value, f"the global batch must be divisible by the "
-          f"{num_replicas} replicas{micro}; use a multiple of {n}")

@@ -17,7 +17,7 @@ import tensorflow as tf
 from trainer import bert
 from trainer import preprocessing
 
-VERSION = 4
+VERSION = 5  # 5: the preprocessor packs sentence pairs
 
 _POSITIVE = ("good great love loved amazing wonderful happy awesome excellent "
              "fantastic enjoyed best nice fun beautiful glad perfect brilliant "

@@ -20,8 +20,8 @@ import uuid
 from absl import flags
 import tensorflow as tf
 
+from trainer import checks as config_checks
 from trainer import cli
-from trainer import config as config_lib
 from trainer import distribute
 from trainer import errors
 from trainer import input_pipeline
@@ -123,14 +123,14 @@ def run_checks(c, rows=1000):
   what failed (no strategy: no handles; no handles: no compile)."""
   checks = [check_stack()]
   try:
-    config_lib.validate(c)
+    config_checks.validate(c)
     checks.append(Check("flags", True, "all flags valid"))
   except errors.ConfigError as e:
     checks.append(Check("flags", False, str(e), "fix the flag"))
     return checks
   try:
     strategy = distribute.build_strategy(c.tpu, c.strategy, c.cluster_timeout)
-    config_lib.check_replicas(c, strategy.num_replicas_in_sync)
+    config_checks.check_replicas(c, strategy.num_replicas_in_sync)
     checks.append(
         Check(
             "strategy", True, f"{type(strategy).__name__} with "

@@ -14,7 +14,11 @@ dataset, scored whole. Otherwise the data flags are the trainer's and
 With `--model_dir`, the run's config.json supplies them and flags given on
 the command line override it. Prints and writes JSON with accuracy,
 per-class precision/recall/F1, macro F1, ROC AUC (two classes), the
-confusion matrix (rows: true class) and the rows excluded, by reason;
+task's --eval_metrics (F1 of class 1, Matthews correlation), the confusion
+matrix (rows: true class) and the rows excluded, by reason; for a
+regression (--num_classes=1) mean squared error, Pearson and Spearman.
+Sentence pairs (two --text_column/--text_key fields) go to the model's
+`text` and `text_pair`;
 `--tensorboard_dir` also gets the confusion matrix image and, for two
 classes, the PR curve.
 """
@@ -27,6 +31,7 @@ from absl import flags
 import numpy as np
 import tensorflow as tf
 
+from trainer import checks
 from trainer import cli
 from trainer import config as config_lib
 from trainer import errors
@@ -60,20 +65,37 @@ def _check_classes(c, classes, what):
         "--label_map (and --label_names)")
 
 
+def _check_pairs(c, pairs, what):
+  if c.pairs != pairs:
+    raise errors.ConfigError(
+        f"{what} takes {'sentence pairs' if pairs else 'one text'} but the "
+        f"data flags give {'pairs' if c.pairs else 'one text field'}; set "
+        "--text_column/--text_key to " +
+        ("two comma-separated fields" if pairs else "one field"))
+
+
+def call(serve, texts):
+  """`serve` on texts [batch] (`text`) or [batch, 2] (`text`,
+  `text_pair`)."""
+  if texts.shape.rank == 2:
+    return serve(text=texts[:, 0], text_pair=texts[:, 1])
+  return serve(text=texts)
+
+
 def _serving(c):
-  """Returns (serve fn, class names or None to take the Config's)."""
+  """Returns (serve fn of texts, class names or None to take the
+  Config's)."""
   if FLAGS.export_dir:
     serve, classes = export.load_serving(FLAGS.export_dir)
     _check_classes(c, classes, f"the export {FLAGS.export_dir}")
-    return lambda text: serve(text=text), None
+    _check_pairs(c, export.pairs(serve), f"the export {FLAGS.export_dir}")
+    return lambda texts: call(serve, texts), None
   saved, preprocessor, model, _, _ = export.load_classifier(
       FLAGS.model_dir, FLAGS.checkpoint)
   _check_classes(c, saved.num_classes, f"the run in {FLAGS.model_dir}")
-  module = export.ServingModule(preprocessor, model, c.seq_length,
-                                c.class_names())
-  # The lambda keeps `module` alive: a tf.function method holds only a weak
-  # reference to its object.
-  return lambda text: module.serve(text), c.class_names()
+  _check_pairs(c, saved.pairs, f"the run in {FLAGS.model_dir}")
+  module = export.serving_module(c, preprocessor, model)
+  return lambda texts: call(module.serve, texts), c.class_names()
 
 
 def data_split(c):
@@ -105,26 +127,38 @@ def evaluate(c, serve, split, class_names=None, batch_size=256):
         f"{split.describe()}: no usable row to score ({counts['rows_read']} "
         f"read, rejected {counts['rejected'] or 'none'}); check the data "
         "flags, --label_map and --text_column/--label_column")
-  labels, probabilities = [], []
+  labels, outputs = [], []
+  key = "scores" if c.regression else "probabilities"
   for texts, batch_labels in input_pipeline.usable_rows(split).batch(
       batch_size):
-    out = serve(texts)
-    probabilities.append(out["probabilities"].numpy())
+    outputs.append(serve(texts)[key].numpy())
     labels.append(batch_labels.numpy())
-  probabilities = np.concatenate(probabilities)
-  labels = np.concatenate(labels)
+  outputs, labels = np.concatenate(outputs), np.concatenate(labels)
+  if c.regression:
+    result = dict(
+        examples=int(len(labels)),
+        loss=float(np.mean((outputs.astype(np.float64) - labels)**2)))
+    result.update(metrics_lib.from_scores(outputs, labels, c.metrics()))
+    return _described(result, split, counts), None
   names = class_names or c.class_names()
-  result = metrics_lib.classification_metrics(labels, probabilities, names)
+  result = metrics_lib.classification_metrics(labels, outputs, names)
+  result.update(
+      metrics_lib.from_confusion(result["confusion_matrix"], c.metrics()))
+  histograms = (
+      metrics_lib.pr_histograms(labels, outputs[:, 1])
+      if len(names) == 2 else None)
+  return _described(result, split, counts), histograms
+
+
+def _described(result, split, counts):
+  """`result` with the split and its row counts."""
   result.update(
       split=split.name,
       data=split.describe(),
       rows_read=counts["rows_read"],
       rows_used=counts["rows_used"],
       excluded=counts["rejected"])
-  histograms = (
-      metrics_lib.pr_histograms(labels, probabilities[:, 1])
-      if len(names) == 2 else None)
-  return result, histograms
+  return result
 
 
 def define_flags():
@@ -161,7 +195,7 @@ def main(argv):
       raise errors.ConfigError(
           f"--tensorboard_dir={FLAGS.tensorboard_dir}: cannot create it "
           f"({errors.first_line(e)}); write elsewhere") from None
-  c = config_lib.validate(_config())
+  c = checks.validate(_config())
   serve, names = _serving(c)
   result, histograms = evaluate(c, serve, data_split(c), names)
   text = json.dumps(result, indent=2, sort_keys=True)
@@ -169,7 +203,7 @@ def main(argv):
   if FLAGS.output_file:
     with tf.io.gfile.GFile(FLAGS.output_file, "w") as f:
       f.write(text + "\n")
-  if FLAGS.tensorboard_dir:
+  if FLAGS.tensorboard_dir and "confusion_matrix" in result:
     writer = tf.summary.create_file_writer(FLAGS.tensorboard_dir)
     summaries.write_eval_pictures(writer, 0, result["confusion_matrix"],
                                   result["class_names"], histograms)

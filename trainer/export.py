@@ -9,6 +9,10 @@ writes DIR/export/<step>/ with signatures
         class_names [batch] tf.string
     preprocess(text) -> input_word_ids / input_mask / input_type_ids int32
 
+A sentence-pair model's signatures take `text` and `text_pair` (both
+[batch] tf.string); a regression model's (`--num_classes=1`) returns
+`scores` [batch] float32 instead.
+
 It holds the preprocessor (same cleaning and tokenization as training), the
 encoder and the head, so it loads with `tf.saved_model.load` and
 `import tensorflow_text` alone. It is written to a temporary folder and
@@ -33,24 +37,42 @@ from trainer import run_dir
 
 ExportError = errors.ExportError
 
+_TEXT = tf.TensorSpec([None], tf.string, name="text")
+_PAIR = (_TEXT, tf.TensorSpec([None], tf.string, name="text_pair"))
+
 
 class ServingModule(tf.Module):
-  """Preprocessor + classifier behind string signatures."""
+  """Preprocessor + model behind string signatures: `serve` and
+  `preprocess` take `text`, or `text` and `text_pair` (`pairs`)."""
 
-  def __init__(self, preprocessor, model, seq_length, class_names):
+  def __init__(self,
+               preprocessor,
+               model,
+               seq_length,
+               class_names,
+               pairs=False,
+               regression=False):
     super().__init__(name="serving")
     self.preprocessor = preprocessor
     self.model = model
     self._pack = preprocessing.make_packer(preprocessor, seq_length)
     self._class_names = list(class_names)
+    self._regression = regression
+    inputs = _PAIR if pairs else (_TEXT,)
+    self.preprocess = tf.function(self._preprocess, input_signature=inputs)
+    self.serve = tf.function(self._serve, input_signature=inputs)
 
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
-  def preprocess(self, text):
-    return self._pack(text)
+  def _texts(self, text, text_pair=None):
+    return text if text_pair is None else tf.stack([text, text_pair], axis=1)
 
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
-  def serve(self, text):
-    logits = self.model(self._pack(text), training=False)
+  def _preprocess(self, text, text_pair=None):
+    return self._pack(self._texts(text, text_pair))
+
+  def _serve(self, text, text_pair=None):
+    logits = self.model(
+        self._pack(self._texts(text, text_pair)), training=False)
+    if self._regression:
+      return dict(scores=logits[:, 0])
     probabilities = tf.nn.softmax(logits, axis=-1)
     class_ids = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
     names = tf.gather(tf.constant(self._class_names), class_ids)
@@ -91,6 +113,12 @@ def load_classifier(model_dir, checkpoint="", io_device=None):
   return c, preprocessor, model, path, int(step.numpy())
 
 
+def serving_module(c, preprocessor, model):
+  """The ServingModule of a run of Config `c`."""
+  return ServingModule(preprocessor, model, c.seq_length, c.class_names(),
+                       c.pairs, c.regression)
+
+
 def _save_options(io_device=None):
   if io_device:
     return tf.saved_model.SaveOptions(experimental_io_device=io_device)
@@ -128,8 +156,9 @@ def write_export(module, export_dir, io_device=None):
 
 
 def load_serving(export_dir, flag="export_dir"):
-  """(serving_default of the export at `export_dir`, its class count);
-  a clear error for a folder that is not one of this project's exports."""
+  """(serving_default of the export at `export_dir`, its class count: 1 for
+  a regression); a clear error for a folder that is not one of this
+  project's exports. `pairs(serve)` says whether it takes sentence pairs."""
   if not tf.io.gfile.isdir(export_dir):
     raise ExportError(f"--{flag}={export_dir} is not a folder; give an export "
                       "(RUN/export/<step>)")
@@ -138,11 +167,18 @@ def load_serving(export_dir, flag="export_dir"):
                       "an export (RUN/export/<step>)")
   serve = tf.saved_model.load(export_dir).signatures.get("serving_default")
   outputs = getattr(serve, "structured_outputs", {}) if serve else {}
+  if "scores" in outputs:
+    return serve, 1
   if "probabilities" not in outputs:
     raise ExportError(
         f"--{flag}={export_dir} is a SavedModel but not an export of this "
         "trainer (no serving_default signature returning probabilities)")
   return serve, int(outputs["probabilities"].shape[-1])
+
+
+def pairs(serve):
+  """Whether a loaded `serving_default` takes sentence pairs."""
+  return "text_pair" in serve.structured_input_signature[1]
 
 
 def is_complete(export_dir):
@@ -183,7 +219,7 @@ def export(model_dir, checkpoint="", io_device=None):
   """Exports the chosen checkpoint of `model_dir`; returns the export dir."""
   c, preprocessor, model, path, step = load_classifier(model_dir, checkpoint,
                                                        io_device)
-  module = ServingModule(preprocessor, model, c.seq_length, c.class_names())
+  module = serving_module(c, preprocessor, model)
   export_dir = run_dir.locations(c).export_dir(step)
   write_export(module, export_dir, io_device)
   logging.info("Exported %s (step %d) to %s", path, step, export_dir)

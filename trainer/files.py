@@ -20,6 +20,7 @@ import collections
 import csv
 import dataclasses
 import gzip
+import math
 import zipfile
 
 import tensorflow as tf
@@ -37,7 +38,7 @@ csv.field_size_limit(MAX_ROW_CHARS)
 
 # Why a row was not used; 0 means it was. Counted per split in summary.json.
 REASONS = ("ok", "label_not_in_map", "label_not_a_number", "empty_text",
-           "malformed_row", "invalid_utf8", "field_too_long")
+           "malformed_row", "invalid_utf8", "field_too_long", "empty_text_pair")
 OK, NOT_A_NUMBER, MALFORMED, INVALID_UTF8, TOO_LONG = 0, 2, 4, 5, 6
 _GZIP_MAGIC = b"\x1f\x8b"
 _UTF8_BOM = b"\xef\xbb\xbf"
@@ -53,17 +54,22 @@ class Layout:
   delimiter: str
   has_header: bool
   width: int
-  text_index: int
+  text_indices: tuple  # one column per segment: (text,) or (text, pair)
   label_index: int
   encoding: str
   bom: int = 0  # bytes of a UTF-8 byte-order mark to skip at the start
+  quoting: bool = True  # False: quotes are plain characters (GLUE's TSVs)
+  label_kind: str = "int"  # int, word (a --label_map of words) or float
 
   def describe(self):
     header = "with a header" if self.has_header else "no header"
     bom = ", after a byte-order mark" if self.bom else ""
+    quotes = "" if self.quoting else ", quotes as plain characters"
+    columns = "text column" + ("s" if len(self.text_indices) > 1 else "")
     return (f"{self.file_format} layout ({self.width} columns, {header}, "
-            f"text column {self.text_index}, label column "
-            f"{self.label_index}, {self.encoding}{bom})")
+            f"{columns} {', '.join(map(str, self.text_indices))}, "
+            f"{self.label_kind} label column {self.label_index}, "
+            f"{self.encoding}{bom}{quotes})")
 
 
 def open_binary(path, member=""):
@@ -158,8 +164,17 @@ def detect_layout(path,
                   file_format="auto",
                   text_column="text",
                   label_column="label",
-                  encoding=""):
-  """Reads the first bytes of the file and decides how to parse it."""
+                  encoding="",
+                  header="auto",
+                  quoting="csv",
+                  label_kind="int"):
+  """Reads the first bytes of the file and decides how to parse it.
+
+  `text_column` is one column or two, comma-separated (a sentence pair);
+  `header` auto/yes/no (auto: Sentiment140's layout is detected, CSV/TSV
+  have one); `quoting` csv or none; `label_kind` how labels are read (int,
+  word, float).
+  """
   if file_format not in FORMATS:
     raise DataError(f"--file_format={file_format!r}: choose one of "
                     f"{', '.join(FORMATS)}")
@@ -192,17 +207,33 @@ def detect_layout(path,
     # maker saved it as (the shared sample is UTF-8).
     if not encoding:
       encoding = _detect_encoding(sample) if s140_header else "iso-8859-1"
-    return Layout("sentiment140", ",", s140_header, 6, 5, 0, encoding, bom)
-  encoding = encoding or _detect_encoding(sample)
-  header = [c.strip() for c in first]
-  text_index = _resolve_column(text_column, header, "--text_column", path)
-  label_index = _resolve_column(label_column, header, "--label_column", path)
-  if max(text_index, label_index) >= len(header):
-    raise DataError(
-        f"{path}: column index {max(text_index, label_index)} is outside the "
-        f"{len(header)} columns of the header {_show(header)}")
-  return Layout(file_format, delimiter, True, len(header), text_index,
-                label_index, encoding, bom)
+    has_header = s140_header if header == "auto" else header == "yes"
+    return Layout("sentiment140", ",", has_header, 6, (5,), 0, encoding, bom,
+                  True, label_kind)
+  if quoting == "none":
+    first = first_line.rstrip("\r").split(delimiter)
+  return _delimited(path, file_format, delimiter, first, first_line, encoding or
+                    _detect_encoding(sample), bom, text_column, label_column,
+                    header, quoting, label_kind)
+
+
+def _delimited(path, file_format, delimiter, first, first_line, encoding, bom,
+               text_column, label_column, header, quoting, label_kind):
+  """The Layout of a CSV/TSV whose first row is `first` (split)."""
+  has_header = header != "no"
+  names = [c.strip() for c in first] if has_header else []
+  text_indices = tuple(
+      _resolve_column(column.strip(), names, "--text_column", path)
+      for column in text_column.split(","))
+  label_index = _resolve_column(label_column, names, "--label_column", path)
+  widest = max(text_indices + (label_index,))
+  if widest >= len(first):
+    where = (f"the header {_show(names)}"
+             if has_header else f"the first row ({first_line[:80]!r})")
+    raise DataError(f"{path}: column index {widest} is outside the "
+                    f"{len(first)} columns of {where}")
+  return Layout(file_format, delimiter, has_header, len(first), text_indices,
+                label_index, encoding, bom, quoting != "none", label_kind)
 
 
 def _quotes_balanced(text):
@@ -225,7 +256,7 @@ def _skip_start(stream, layout):
 
 
 def parse(stream, layout, index=0, line=1, skip_header=True):
-  """Yields (index, line, offset, text, raw_label, reason) for each row.
+  """Yields (index, line, offset, texts, raw_label, reason) for each row.
 
   Args:
     stream: binary file object positioned at a row start.
@@ -235,8 +266,8 @@ def parse(stream, layout, index=0, line=1, skip_header=True):
     skip_header: whether the stream starts at the header row.
 
   `offset` is the byte offset, relative to where the stream started, of the
-  row's first line; `text` is a str ('' when rejected), `raw_label` an int
-  (-1 when rejected).
+  row's first line; `texts` a tuple of str, one per text column ('' when
+  rejected), `raw_label` a str (`raw_label()`; '' when rejected).
   """
   offset = 0
   if skip_header:  # at the start of the file
@@ -265,7 +296,7 @@ def parse(stream, layout, index=0, line=1, skip_header=True):
     while True:
       text_line, invalid = _decode(b"".join(raw for _, _, raw in group),
                                    layout.encoding)
-      if _quotes_balanced(text_line):
+      if not layout.quoting or _quotes_balanced(text_line):
         fields = _fields(text_line, invalid, layout)
         if len(group) == 1 or fields[2] != MALFORMED:
           yield (index, first[1], first[0]) + fields
@@ -278,32 +309,52 @@ def parse(stream, layout, index=0, line=1, skip_header=True):
       if following is None:
         # An unterminated quote: only its first line is lost; the lines
         # after it are parsed again as rows of their own.
-        yield (index, first[1], first[0], "", -1, MALFORMED)
+        yield (index, first[1], first[0], ("",) * len(layout.text_indices), "",
+               MALFORMED)
         pushed_back.extendleft(reversed(group[1:]))
         break
       group.append(following)
     index += 1
 
 
-def _fields(text_line, invalid, layout):
-  """(text, raw_label, reason) of one complete row."""
-  body = text_line.rstrip("\r\n")
-  if len(body) > MAX_ROW_CHARS:
-    return "", -1, TOO_LONG
+def raw_label(value, kind):
+  """The label as the label table keys it: an int's canonical digits
+  (" 04" -> "4"), a word stripped, a float's shortest repr; None when the
+  value is not of `kind`."""
+  value = value.strip()
   try:
-    fields = next(
-        csv.reader([body], delimiter=layout.delimiter, strict=True), [])
-  except csv.Error:
-    return "", -1, MALFORMED
-  if len(fields) != layout.width:
-    return "", -1, MALFORMED
-  if invalid:
-    return "", -1, INVALID_UTF8
-  try:
-    label = int(fields[layout.label_index].strip())
+    if kind == "int":
+      return str(int(value))
+    if kind == "float":
+      number = float(value)
+      return repr(number) if math.isfinite(number) else None
   except ValueError:
-    return "", -1, NOT_A_NUMBER
-  return fields[layout.text_index], label, OK
+    return None
+  return value
+
+
+def _fields(text_line, invalid, layout):
+  """(texts, raw_label, reason) of one complete row."""
+  body = text_line.rstrip("\r\n")
+  nothing = ("",) * len(layout.text_indices)
+  if len(body) > MAX_ROW_CHARS:
+    return nothing, "", TOO_LONG
+  if layout.quoting:
+    try:
+      fields = next(
+          csv.reader([body], delimiter=layout.delimiter, strict=True), [])
+    except csv.Error:
+      return nothing, "", MALFORMED
+  else:
+    fields = body.split(layout.delimiter)
+  if len(fields) != layout.width:
+    return nothing, "", MALFORMED
+  if invalid:
+    return nothing, "", INVALID_UTF8
+  label = raw_label(fields[layout.label_index], layout.label_kind)
+  if label is None:
+    return nothing, "", NOT_A_NUMBER
+  return tuple(fields[i] for i in layout.text_indices), label, OK
 
 
 def scan_offsets(path, member, layout, max_marks=4096):

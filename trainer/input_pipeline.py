@@ -18,10 +18,18 @@ from trainer import errors
 from trainer import files
 from trainer import run_dir
 from trainer import sources
+from trainer import tasks
 
 _HEAD_ROWS = 2000
 
 _BUCKETS = 10_000
+
+
+def _one_text(chunk):
+  """A chunk whose text [rows, 1] is squeezed to [rows]."""
+  if chunk["text"].shape[1] != 1:
+    return chunk
+  return dict(chunk, text=chunk["text"][:, 0])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,8 +65,9 @@ class Split:
     return ds.map(keep, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
   def records(self, stripes=1):
-    """One record (dict of scalars) per row."""
-    return self.chunks(stripes).unbatch()
+    """One record per row: dict of scalars, `text` a string (one text
+    field) or a [2] vector (a pair), as `usable_rows` gives them."""
+    return self.chunks(stripes).map(_one_text).unbatch()
 
   def describe(self):
     part = ""
@@ -68,35 +77,36 @@ class Split:
     return self.source.describe() + part
 
 
-# Text and label features of TFDS datasets people train on (others: flags).
-TFDS_KEYS = {
-    "sentiment140": ("text", "polarity"),
-    "imdb_reviews": ("text", "label"),
-    "glue/sst2": ("sentence", "label"),
-    "yelp_polarity_reviews": ("text", "label"),
-    "ag_news_subset": ("description", "label"),
-}
-
-
 def _tfds_source(config, split, label_map):
-  default_text, default_label = TFDS_KEYS.get(
-      config.tfds_name.split(":")[0], ("text", "label"))
+  default_text, default_label = config.tfds_defaults()[:2]
   return sources.TfdsSource(config.tfds_name, split, config.data_dir or None,
                             config.text_key or default_text, config.label_key or
-                            default_label, label_map)
+                            default_label, label_map, config.regression)
 
 
 def _tfds(config, label_map, carve):
+  """TFDS's own splits: validation (GLUE's MNLI: validation_matched, with
+  each other validation_* split evaluated beside it), else one carved from
+  train; a test split only when its labels are known (GLUE hides them:
+  -1)."""
   name, data_dir = config.tfds_name, config.data_dir or None
-  available = sources.tfds_splits(name, data_dir)
+  task = tasks.tfds_task(name)
+  available = sources.tfds_splits(name,
+                                  data_dir) or set(task.splits if task else ())
   make = lambda split: _tfds_source(config, split, label_map)
-  if "validation" in available:
+  validation = [s for s in sorted(available) if s.startswith("validation")]
+  main = "validation" if "validation" in available else (
+      "validation_matched" if "validation_matched" in available else None)
+  if main:
     splits = dict(
         train=Split("train", make("train")),
-        validation=Split("validation", make("validation")))
+        validation=Split("validation", make(main)))
+    for extra in validation:
+      if extra != main:
+        splits[extra] = Split(extra, make(extra))
   else:
     splits = carve(make("train"))
-  if "test" in available:
+  if "test" in available and not config.hidden_test_labels():
     splits["test"] = Split("test", make("test"))
   return splits
 
@@ -124,14 +134,17 @@ def _file_source(config, path, split, label_map=None):
     if member is None:
       return None
   source = sources.FileSource(path, {}, config.file_format, config.text_column,
-                              config.label_column, config.encoding, member)
+                              config.label_column, config.encoding, member,
+                              config.header, config.quoting, config.regression)
   layout = source.layout()
   if label_map is None:
     label_map = config.label_map_for(
         sentiment140=layout.file_format == "sentiment140")
+  source = dataclasses.replace(source, label_map=label_map)
+  layout = source.layout()  # with the label map's kind (int or word)
   logging.info("%s: %s; label map %s", source.describe(), layout.describe(),
                label_map)
-  return dataclasses.replace(source, label_map=label_map)
+  return source
 
 
 def make_splits(config):
@@ -147,7 +160,7 @@ def make_splits(config):
     return _tfds(config, config.label_map_for(), carve)
   if config.source_kind == "demo":
     paths = demo.ensure_assets(config.demo_cache_dir or None)
-    csv = lambda p: sources.FileSource(p, {0: 0, 1: 1}, "csv")
+    csv = lambda p: sources.FileSource(p, {"0": 0, "1": 1}, "csv")
     return dict(
         train=Split("train", csv(paths["train"])),
         validation=Split("validation", csv(paths["validation"])))
@@ -208,7 +221,10 @@ def count(split, limit=None, num_classes=0):
 
   def one_hot(r):
     usable = tf.equal(r["reason"], 0)
-    label = tf.where(usable, r["label"], -1)  # one_hot(-1) is all zeros
+    if r["label"].dtype.is_floating:  # regression: no classes
+      label = tf.constant(-1, tf.int64)
+    else:
+      label = tf.where(usable, r["label"], -1)  # one_hot(-1) is all zeros
     return (tf.one_hot(r["reason"], n,
                        dtype=tf.int64), tf.one_hot(label, k, dtype=tf.int64))
 
@@ -222,7 +238,7 @@ def count(split, limit=None, num_classes=0):
   }
   counts = dict(
       rows_read=int(totals.sum()), rows_used=int(totals[0]), rejected=rejected)
-  if num_classes:
+  if num_classes > 1:
     counts["classes"] = {str(i): int(c) for i, c in enumerate(classes) if c}
   return counts
 
@@ -230,7 +246,7 @@ def count(split, limit=None, num_classes=0):
 # Rejections that mean "this input is broken"; labels outside the map (e.g.
 # Sentiment140's neutral test rows) are an expected exclusion instead.
 BAD_REASONS = ("label_not_a_number", "empty_text", "malformed_row",
-               "invalid_utf8", "field_too_long")
+               "invalid_utf8", "field_too_long", "empty_text_pair")
 
 
 def check_bad_fraction(split, counts, max_fraction):
@@ -251,16 +267,25 @@ def check_bad_fraction(split, counts, max_fraction):
       f"{split.describe()}: {total_bad} of {counts['rows_read']} rows "
       f"rejected ({detail}), more than --max_bad_fraction={max_fraction}; "
       f"most are {reason}, e.g. lines {', '.join(map(str, lines))}. Check "
-      "--file_format, --text_column/--label_column and --encoding.")
+      "--file_format, --text_column/--label_column and --encoding" +
+      (" (a TSV whose double quotes are plain characters, as GLUE's, needs "
+       "--quoting=none)" if reason == "malformed_row" and
+       getattr(split.source, "quoting", "") == "csv" and
+       split.source.layout().delimiter == "\t" else "") + ".")
 
 
 def usable_rows(split, stripes=1):
-  """(text, label) of the usable rows, one element per row."""
+  """(text, label) of the usable rows, one element per row: text a string
+  (one text field) or a [2] vector (a pair); label int32 (float32 for
+  regression)."""
 
   def usable(chunk):
     mask = tf.equal(chunk["reason"], 0)
-    return (tf.boolean_mask(chunk["text"], mask),
-            tf.cast(tf.boolean_mask(chunk["label"], mask), tf.int32))
+    texts = tf.boolean_mask(_one_text(chunk)["text"], mask)
+    label = tf.boolean_mask(chunk["label"], mask)
+    if not label.dtype.is_floating:
+      label = tf.cast(label, tf.int32)
+    return texts, label
 
   return split.chunks(stripes).map(usable).unbatch()
 
@@ -343,10 +368,13 @@ def eval_dataset(split, packer, global_batch_size):
 
 
 def check_int_features(element_spec):
-  """Raises TypeError unless every feature is int32 (or weight float32) and
-  fully static: the contract that keeps strings and tables off the TPU."""
+  """Raises TypeError unless every feature is int32 (weight and a
+  regression label float32) and fully static: the contract that keeps
+  strings and tables off the TPU."""
   for key, spec in element_spec.items():
     want = tf.float32 if key == "weight" else tf.int32
+    if key == "label" and spec.dtype == tf.float32:
+      want = tf.float32
     if spec.dtype != want or not spec.shape.is_fully_defined():
       raise TypeError(f"feature {key!r} is {spec}; replicas accept only "
                       f"{want.name} of static shape")

@@ -14,6 +14,7 @@ import dataclasses
 from absl import logging
 import tensorflow as tf
 
+from trainer import checks
 from trainer import actions
 from trainer import checkpoints
 from trainer import config as config_lib
@@ -96,7 +97,25 @@ class Run:
     return iter(self.strategy.experimental_distribute_dataset(ds))
 
   def evaluate(self, name):
-    return train_step.evaluate(self.eval_loop, self.eval_data(name))
+    """The metrics of one pass over split `name` (`train_step.evaluate`)."""
+    return train_step.evaluate(self.eval_loop, self.eval_data(name),
+                               self.config.metrics())
+
+  def evaluate_validation(self):
+    """Validation's metrics, and beside them those of each other validation
+    split under its prefix (MNLI: `mismatched_accuracy`, ...)."""
+    out = self.evaluate("validation")
+    for name in self.splits:
+      if not name.startswith("validation_"):
+        continue
+      prefix = name.removeprefix("validation_") + "_"
+      extra = self.evaluate(name)
+      out.update({
+          prefix + k: v
+          for k, v in extra.items()
+          if isinstance(v, (int, float))
+      })
+    return out
 
 
 def _start(c):
@@ -115,7 +134,7 @@ def _start(c):
           test_file=c.test_file,
           data_dir=c.data_dir))
   strategy = distribute.build_strategy(c.tpu, c.strategy, c.cluster_timeout)
-  config_lib.check_replicas(c, strategy.num_replicas_in_sync)
+  checks.check_replicas(c, strategy.num_replicas_in_sync)
   chief, task_id = distribute.worker_role(strategy)
   shared = run_dir.locations(c)
   out = shared if chief else run_dir.for_worker(c.model_dir, task_id)
@@ -267,8 +286,8 @@ def _build(c, strategy, chief, shared, out):
       start_step=state.step)
   best = actions.BestKeeper(out.best, state.checkpoint, state.options,
                             c.early_stopping_metric, c.early_stopping_patience)
-  run.evaluator = actions.Evaluator(lambda: run.evaluate("validation"),
-                                    writers["eval"], best, c.class_names())
+  run.evaluator = actions.Evaluator(run.evaluate_validation, writers["eval"],
+                                    best, c.class_names())
   return run
 
 

@@ -1,27 +1,33 @@
-"""Classification metrics from labels and predicted probabilities (NumPy)."""
+"""Task metrics (NumPy): from labels and predicted probabilities, from a
+confusion matrix (F1 of class 1, Matthews correlation), and from scores
+(Pearson, Spearman). Degenerate inputs give 0, never NaN: a model that
+predicts one class only has MCC 0, a constant prediction correlation 0.
+"""
 
 import numpy as np
+
+
+def ranks(values):
+  """1-based ranks of `values`, ties sharing their average rank."""
+  values = np.asarray(values, np.float64)
+  order = np.argsort(values, kind="mergesort")
+  sorted_values = values[order]
+  # Where each run of equal values starts and ends, in sorted order.
+  starts = np.flatnonzero(np.r_[True, sorted_values[1:] != sorted_values[:-1]])
+  ends = np.r_[starts[1:], len(values)] - 1
+  out = np.empty(len(values), np.float64)
+  for start, end in zip(starts, ends):
+    out[order[start:end + 1]] = (start + end) / 2.0 + 1.0
+  return out
 
 
 def roc_auc(labels, scores):
   """Area under the ROC curve (ties count half), labels in {0, 1}."""
   labels = np.asarray(labels)
-  scores = np.asarray(scores, np.float64)
   positives, negatives = labels.sum(), len(labels) - labels.sum()
   if positives == 0 or negatives == 0:
     return None
-  order = np.argsort(scores, kind="mergesort")
-  ranks = np.empty(len(scores), np.float64)
-  sorted_scores = scores[order]
-  # Average ranks over ties (1-based).
-  i = 0
-  while i < len(scores):
-    j = i
-    while j + 1 < len(scores) and sorted_scores[j + 1] == sorted_scores[i]:
-      j += 1
-    ranks[order[i:j + 1]] = (i + j) / 2.0 + 1.0
-    i = j + 1
-  rank_sum = ranks[labels == 1].sum()
+  rank_sum = ranks(scores)[labels == 1].sum()
   return float(
       (rank_sum - positives * (positives + 1) / 2.0) / (positives * negatives))
 
@@ -104,3 +110,54 @@ def pr_curve(positive, negative):
       false_negative_counts=fn,
       precision=tp / np.maximum(tp + fp, 1.0),
       recall=tp / max(positive.sum(), 1.0))
+
+
+def f1_positive(confusion):
+  """F1 of class 1 (GLUE's MRPC and QQP), confusion [true, predicted]; 0
+  when class 1 is never predicted or never true."""
+  confusion = np.asarray(confusion, np.float64)
+  tp = confusion[1, 1]
+  predicted, actual = confusion[:, 1].sum(), confusion[1, :].sum()
+  return float(2 * tp / (predicted + actual)) if predicted + actual else 0.0
+
+
+def matthews(confusion):
+  """Matthews correlation of a K-class confusion matrix (Gorodkin's R_K; for
+  two classes the usual MCC); 0 when a marginal is constant."""
+  confusion = np.asarray(confusion, np.float64)
+  total, correct = confusion.sum(), np.trace(confusion)
+  predicted, actual = confusion.sum(axis=0), confusion.sum(axis=1)
+  covariance = correct * total - predicted @ actual
+  spread = ((total**2 - predicted @ predicted) * (total**2 - actual @ actual))
+  return float(covariance / np.sqrt(spread)) if spread > 0 else 0.0
+
+
+def pearson(x, y):
+  """Pearson correlation in float64; 0 when either side is constant."""
+  x = np.asarray(x, np.float64) - np.mean(x)
+  y = np.asarray(y, np.float64) - np.mean(y)
+  spread = np.sqrt((x @ x) * (y @ y))
+  return float(x @ y / spread) if spread > 0 else 0.0
+
+
+def spearman(x, y):
+  """Spearman rank correlation: Pearson's of the tie-averaged ranks."""
+  return pearson(ranks(x), ranks(y))
+
+
+def from_confusion(confusion, names):
+  """{name: value} of the classification metrics `names` (accuracy, f1,
+  mcc) of a confusion matrix."""
+  confusion = np.asarray(confusion)
+  total = max(int(confusion.sum()), 1)
+  compute = dict(
+      accuracy=lambda: float(np.trace(confusion)) / total,
+      f1=lambda: f1_positive(confusion),
+      mcc=lambda: matthews(confusion))
+  return {name: compute[name]() for name in names}
+
+
+def from_scores(predictions, labels, names):
+  """{name: value} of the regression metrics `names` (pearson, spearman)."""
+  compute = dict(pearson=pearson, spearman=spearman)
+  return {name: compute[name](predictions, labels) for name in names}

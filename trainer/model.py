@@ -92,7 +92,23 @@ def load_checked(c, strategy, io_device=None):
   preprocessor, encoder = load(c.encoder_handle, c.preprocessor_handle,
                                strategy, io_device, c.demo_cache_dir)
   check_fit(encoder, preprocessor, c.seq_length, c.preprocessor_handle)
+  if c.pairs:
+    check_pairs(preprocessor, c.preprocessor_handle)
   return preprocessor, encoder
+
+
+def check_pairs(preprocessor, handle):
+  """HandleError unless the preprocessor packs two segments (a SavedModel
+  saved with a one-segment `bert_pack_inputs` signature only cannot)."""
+  tokens = preprocessor.tokenize(tf.constant(["a"]))
+  try:
+    preprocessor.bert_pack_inputs([tokens, tokens], seq_length=8)
+  except (ValueError, TypeError, tf.errors.OpError) as e:
+    raise HandleError(
+        f"--preprocessor_handle={handle} cannot pack sentence pairs "
+        f"({errors.first_line(e)[:120]}); use TF Hub's bert_*_preprocess or "
+        "convert the model again (trainer.convert_hf saves pair packing)"
+    ) from None
 
 
 def _variable(encoder, pattern):

@@ -9,7 +9,7 @@ profile edge), and which loop ends with an eval or a checkpoint.
 import dataclasses
 import math
 
-from trainer import config as config_lib
+from trainer import checks
 from trainer import errors
 
 
@@ -76,4 +76,4 @@ def make_plan(c, train_examples):
       steps_per_loop=c.steps_per_loop,
       eval_every=c.eval_every,
       checkpoint_every=c.checkpoint_every,
-      profile=config_lib.profile_window(c.profile_steps))
+      profile=checks.profile_window(c.profile_steps))

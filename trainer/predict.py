@@ -4,10 +4,17 @@ r"""Predict with an exported model: raw text in, classes and probabilities out.
     python -m trainer.predict --export_dir=DIR --input_file=tweets.txt \
         --output_file=predictions.jsonl
 
+    python -m trainer.predict --export_dir=PAIR_EXPORT \
+        --text="The cat sat." --text_pair="A cat was sitting."
+    python -m trainer.predict --export_dir=PAIR_EXPORT \
+        --input_file=dev.tsv --text_column=sentence1,sentence2 --quoting=none
+
 `--input_file` holds one text per line, or is a CSV/TSV whose `--text_column`
-(name or 0-based index) is read. Output is JSON lines (stdout by default) or
-CSV when `--output_file` ends in .csv. Input is streamed in batches of
-`--batch_size`; nothing is held in memory beyond one batch.
+(name or 0-based index; two comma-separated for a sentence-pair model) is
+read. Output is JSON lines (stdout by default) or CSV when `--output_file`
+ends in .csv: class id, name and probabilities, or a regression model's
+score. Input is streamed in batches of `--batch_size`; nothing is held in
+memory beyond one batch.
 """
 
 import csv
@@ -29,48 +36,75 @@ from trainer import run_dir
 PredictError = errors.ConfigError
 
 
-def read_texts(input_file, text_column="text"):
-  """Yields the texts of `input_file` one by one (streamed)."""
+def _column(name, header, input_file):
+  if name in header:
+    return header.index(name)
+  if name.isdigit():
+    return int(name)
+  raise PredictError(f"{input_file}: no column {name!r} (--text_column); the "
+                     f"header has {header[:8]}")
+
+
+def read_texts(input_file, text_column="text", quoting="csv"):
+  """Yields the texts of `input_file` one by one (streamed): strings, or
+  (text, text_pair) tuples when `text_column` names two columns."""
   if not tf.io.gfile.exists(input_file):
     raise PredictError(f"--input_file={input_file} does not exist")
   lower = input_file.lower().removesuffix(".gz")
+  names = [n.strip() for n in text_column.split(",")]
   with files.open_binary(input_file) as f:
-    lines = (line.decode("utf-8", errors="replace") for line in f)
+    lines = (line.decode("utf-8-sig", errors="replace") for line in f)
     if not lower.endswith((".csv", ".tsv")):
+      if len(names) > 1:
+        raise PredictError(f"--input_file={input_file}: sentence pairs need "
+                           "a CSV/TSV with --text_column=a,b")
       for line in lines:
         yield line.rstrip("\r\n")
       return
     reader = csv.reader(
-        lines, delimiter="\t" if lower.endswith(".tsv") else ",")
-    header = next(reader, [])
-    if text_column in header:
-      column = header.index(text_column)
-    elif text_column.isdigit():
-      column = int(text_column)
-    else:
-      raise PredictError(f"{input_file}: no column {text_column!r} "
-                         f"(--text_column); the header has {header[:8]}")
+        lines,
+        delimiter="\t" if lower.endswith(".tsv") else ",",
+        quoting=csv.QUOTE_NONE if quoting == "none" else csv.QUOTE_MINIMAL)
+    header = [c.strip() for c in next(reader, [])]
+    columns = [_column(n, header, input_file) for n in names]
     for row in reader:
-      yield row[column] if column < len(row) else ""
+      texts = tuple(row[i] if i < len(row) else "" for i in columns)
+      yield texts if len(texts) > 1 else texts[0]
 
 
 def predict(serve, texts, batch_size=256):
-  """Yields one dict per text: text, class_id, class_name, probabilities."""
+  """Yields one dict per text (a string, or a (text, text_pair) tuple for
+  a pair model): text[, text_pair], class_id, class_name, probabilities
+  (a regression model: score)."""
   texts = iter(texts)
+  pairs = export.pairs(serve)
   while True:
     batch = list(itertools.islice(texts, batch_size))
     if not batch:
       return
-    out = serve(text=tf.constant(batch))
-    probs = out["probabilities"].numpy()
-    ids = out["class_ids"].numpy()
-    names = out["class_names"].numpy()
-    for text, p, i, n in zip(batch, probs, ids, names):
-      yield dict(
-          text=text,
-          class_id=int(i),
-          class_name=n.decode(),
-          probabilities=[round(float(x), 6) for x in p])
+    if pairs != isinstance(batch[0], tuple):
+      raise PredictError("this export takes " +
+                         ("sentence pairs: give --text with "
+                          "--text_pair, or --text_column=a,b"
+                          if pairs else "one text: give one --text_column"))
+    if pairs:
+      out = serve(
+          text=tf.constant([t[0] for t in batch]),
+          text_pair=tf.constant([t[1] for t in batch]))
+    else:
+      out = serve(text=tf.constant(batch))
+    for i, text in enumerate(batch):
+      row = dict(text=text[0], text_pair=text[1]) if pairs else dict(text=text)
+      if "scores" in out:
+        row["score"] = round(float(out["scores"][i]), 6)
+      else:
+        row.update(
+            class_id=int(out["class_ids"][i]),
+            class_name=out["class_names"][i].numpy().decode(),
+            probabilities=[
+                round(float(x), 6) for x in out["probabilities"][i].numpy()
+            ])
+      yield row
 
 
 def write(predictions, output_file):
@@ -78,11 +112,14 @@ def write(predictions, output_file):
   try:
     if output_file.lower().endswith(".csv"):
       writer = csv.writer(out, lineterminator="\n")
-      writer.writerow(["text", "class_id", "class_name", "probabilities"])
+      header = None
       for p in predictions:
+        if header is None:
+          header = list(p)
+          writer.writerow(header)
         writer.writerow([
-            p["text"], p["class_id"], p["class_name"],
-            " ".join(map(str, p["probabilities"]))
+            " ".join(map(str, p[k])) if k == "probabilities" else p[k]
+            for k in header
         ])
     else:
       for p in predictions:
@@ -95,8 +132,15 @@ def write(predictions, output_file):
 def define_flags():
   flags.DEFINE_string("export_dir", None, "An export from trainer.export.")
   flags.DEFINE_multi_string("text", [], "Text to classify (repeatable).")
+  flags.DEFINE_multi_string("text_pair", [],
+                            "A pair model's second text, one per --text.")
   flags.DEFINE_string("input_file", "", "One text per line, or a CSV/TSV.")
-  flags.DEFINE_string("text_column", "text", "CSV/TSV text column.")
+  flags.DEFINE_string(
+      "text_column", "text", "CSV/TSV text column; two comma-separated for "
+      "a pair model.")
+  flags.DEFINE_enum(
+      "quoting", "csv", ["csv", "none"], "none: double quotes "
+      "are plain characters (GLUE's TSVs).")
   flags.DEFINE_string("output_file", "", "'' = stdout (JSON lines); .csv "
                       "writes CSV.")
   flags.DEFINE_integer("batch_size", 256, "Texts per call.")
@@ -112,8 +156,12 @@ def main(argv):
     raise PredictError(f"--batch_size={f.batch_size} is invalid: must be >= 1")
   if f.output_file:
     run_dir.check_output_file("output_file", f.output_file)
+  if f.text_pair and len(f.text_pair) != len(f.text):
+    raise PredictError(f"give one --text_pair per --text ({len(f.text)} "
+                       f"--text, {len(f.text_pair)} --text_pair)")
   serve, _ = export.load_serving(f.export_dir)
-  texts = f.text or read_texts(f.input_file, f.text_column)
+  texts = list(zip(f.text, f.text_pair)) if f.text_pair else f.text
+  texts = texts or read_texts(f.input_file, f.text_column, f.quoting)
   write(predict(serve, texts, f.batch_size), f.output_file)
 
 

@@ -81,11 +81,17 @@ class _PackInputs(tf.Module):
     super().__init__(name="bert_pack_inputs")
     self._special = special
 
-  @tf.function(
-      input_signature=[[tf.RaggedTensorSpec([None, None, None], tf.int32)],
-                       tf.TensorSpec([], tf.int32)])
+  @tf.function
   def __call__(self, segments, seq_length):
     return pack_segments(segments, seq_length, self._special)
+
+  def trace(self, max_segments=2):
+    """Traces the signatures a SavedModel keeps: 1..`max_segments`
+    segments, as TF Hub's preprocessors take one text or a pair."""
+    tokens = tf.RaggedTensorSpec([None, None, None], tf.int32)
+    for n in range(1, max_segments + 1):
+      self.__call__.get_concrete_function([tokens] * n,
+                                          tf.TensorSpec([], tf.int32))
 
 
 def pack_segments(segments, seq_length, special):
@@ -167,6 +173,7 @@ class BertPreprocessor(tf.Module):
     self.tokenize = _Tokenize(tokenizer, special, bool(lower_case),
                               bool(strip_accents))
     self.bert_pack_inputs = _PackInputs(special)
+    self.bert_pack_inputs.trace()
     self._default_seq_length = default_seq_length
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
@@ -213,8 +220,11 @@ def vocab_size(preprocessor):
 
 
 def make_packer(preprocessor, seq_length):
-  """Returns f(strings [batch] tf.string) -> dict of int32 [batch, seq_length].
+  """Returns f(strings) -> dict of int32 [batch, seq_length].
 
+  `strings` is [batch] tf.string (one text per example) or [batch, 2] (a
+  sentence pair per example, packed `[CLS] a [SEP] b [SEP]` with type ids
+  0 then 1 and the two trimmed round-robin to fit, TF Hub's semantics).
   Works for this project's preprocessors and for TF Hub's
   `bert_*_preprocess` models (whose `bert_pack_inputs` takes the same
   arguments). The static shape is set here so that downstream code (and the
@@ -222,8 +232,10 @@ def make_packer(preprocessor, seq_length):
   """
 
   def pack(strings):
-    tokens = preprocessor.tokenize(clean_text(strings))
-    inputs = preprocessor.bert_pack_inputs([tokens], seq_length=seq_length)
+    segments = [strings] if strings.shape.rank == 1 else tf.unstack(
+        strings, axis=1)
+    tokens = [preprocessor.tokenize(clean_text(s)) for s in segments]
+    inputs = preprocessor.bert_pack_inputs(tokens, seq_length=seq_length)
     batch = tf.shape(strings)[0]
     return {
         k:

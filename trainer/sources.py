@@ -3,14 +3,16 @@
 Every source yields one record per row it reads, valid or not, in chunks
 (`chunks()`: a dataset of dicts of vectors, so per-row work is vectorized):
 
-    {"index": int64, "line": int64, "text": string, "label": int64,
-     "reason": int32}
+    {"index": int64, "line": int64, "text": string [segments],
+     "label": int64 (float32 for regression), "reason": int32}
 
-`label` is already the class id (after the label map) and `reason` is 0 for a
-usable row, else an index into `REASONS`. Keeping rejected rows in the stream
-(and filtering them in tf.data) lets one mechanism count every outcome
-exactly, for TFDS and files alike. `index` is the row's position in the
-source; splits and data order are pure functions of it and the seed.
+`text` holds one string per text field: one, or two for a sentence pair.
+`label` is already the class id (after the label map; for regression the
+score) and `reason` is 0 for a usable row, else an index into `REASONS`.
+Keeping rejected rows in the stream (and filtering them in tf.data) lets one
+mechanism count every outcome exactly, for TFDS and files alike. `index` is
+the row's position in the source; splits and data order are pure functions
+of it and the seed.
 """
 
 import bisect
@@ -27,38 +29,56 @@ from trainer import files
 REASONS = files.REASONS
 REASON_ID = {name: i for i, name in enumerate(REASONS)}
 
-RECORD_SPEC = {
-    "index": tf.TensorSpec([], tf.int64),
-    "line": tf.TensorSpec([], tf.int64),
-    "text": tf.TensorSpec([], tf.string),
-    "label": tf.TensorSpec([], tf.int64),
-    "reason": tf.TensorSpec([], tf.int32),
-}
-
 DataError = errors.DataError
 
 
-def _label_table(label_map):
-  keys = tf.constant(sorted(label_map), tf.int64)
-  values = tf.constant([label_map[k] for k in sorted(label_map)], tf.int64)
+def label_kind(label_map, regression=False):
+  """How a source's raw labels are read (`files.raw_label`): float for
+  regression, int when every key of `label_map` is an integer, else word."""
+  if regression:
+    return "float"
+  numeric = all(files.raw_label(str(k), "int") is not None for k in label_map)
+  return "int" if numeric else "word"
+
+
+def _label_table(label_map, kind):
+  """raw label string -> class id (-1: not in the map)."""
+  keys = sorted(files.raw_label(str(k), kind) for k in label_map)
+  by_key = {files.raw_label(str(k), kind): v for k, v in label_map.items()}
   return tf.lookup.StaticHashTable(
-      tf.lookup.KeyValueTensorInitializer(keys, values), default_value=-1)
+      tf.lookup.KeyValueTensorInitializer(
+          tf.constant(keys or [""], tf.string),
+          tf.constant([by_key[k] for k in keys] or [-1], tf.int64)),
+      default_value=-1)
 
 
-def _finish(ds, label_map):
-  """Maps raw labels through `label_map`, sets reasons for bad labels/text.
+def _finish(ds, label_map, regression=False):
+  """Maps raw labels (strings) through `label_map` (or, for regression, to
+  float32 scores) and sets the reasons for bad labels and empty text fields
+  (`empty_text` for the first, `empty_text_pair` for the second).
 
-  Works on chunks (every field a vector) so the per-row cost is vectorized.
+  Works on chunks (every field a vector; text [rows, segments]) so the
+  per-row cost is vectorized.
   """
-  table = _label_table(label_map)
+  table = None if regression else _label_table(label_map, label_kind(label_map))
 
   def fn(index, line, text_, raw_label, reason):
-    label = table.lookup(raw_label)
+    if regression:
+      usable = tf.equal(reason, 0)
+      label = tf.strings.to_number(tf.where(usable, raw_label, "0"), tf.float32)
+      unmapped = tf.zeros_like(usable)
+    else:
+      label = table.lookup(raw_label)
+      unmapped = label < 0
     empty = tf.equal(tf.strings.length(tf.strings.strip(text_)), 0)
+    empty_reason = tf.where(empty[:, 0], REASON_ID["empty_text"], 0)
+    if text_.shape[1] > 1:
+      empty_reason = tf.where(
+          tf.equal(empty_reason, 0) & tf.reduce_any(empty[:, 1:], axis=1),
+          REASON_ID["empty_text_pair"], empty_reason)
     reason = tf.where(
         reason > 0, reason,
-        tf.where(label < 0, REASON_ID["label_not_in_map"],
-                 tf.where(empty, REASON_ID["empty_text"], 0)))
+        tf.where(unmapped, REASON_ID["label_not_in_map"], empty_reason))
     return dict(
         index=index,
         line=line,
@@ -116,9 +136,10 @@ class TfdsSource:
   name: str
   split: str
   data_dir: str | None
-  text_key: str
+  text_key: str  # one feature, or two comma-separated (a sentence pair)
   label_key: str
   label_map: dict
+  regression: bool = False
 
   def describe(self):
     return f"TFDS {self.name} split {self.split}"
@@ -145,17 +166,26 @@ class TfdsSource:
           f"{errors.first_line(e)}. "
           "Prepare it with `tfds build` where there is network, then point "
           "--data_dir at it (gs:// works).") from None
-    text_key, label_key = self.text_key, self.label_key
-    spec = ds.element_spec
-    for key in (text_key, label_key):
+    text_keys = [k.strip() for k in self.text_key.split(",")]
+    label_key, spec = self.label_key, ds.element_spec
+    for key in text_keys + [label_key]:
       if key not in spec:
         raise DataError(f"TFDS dataset {self.name} has no feature {key!r}; "
                         f"features are {sorted(spec)} (set --text_key / "
                         "--label_key)")
-    ds = ds.enumerate().batch(_CHUNK).map(
-        lambda i, ex: (i, i + 1, ex[text_key], tf.cast(ex[label_key], tf.int64),
-                       tf.zeros_like(i, tf.int32)))
-    return _finish(ds, self.label_map)
+    regression = self.regression
+
+    def columns(i, ex):
+      label = ex[label_key]
+      if regression:
+        raw = tf.strings.as_string(tf.cast(label, tf.float32), shortest=True)
+      else:
+        raw = tf.strings.as_string(tf.cast(label, tf.int64))
+      texts = tf.stack([ex[k] for k in text_keys], axis=1)
+      return (i, i + 1, texts, raw, tf.zeros_like(i, tf.int32))
+
+    ds = ds.enumerate().batch(_CHUNK).map(columns)
+    return _finish(ds, self.label_map, regression)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,10 +201,13 @@ class FileSource:
   path: str
   label_map: dict
   file_format: str = "auto"
-  text_column: str = "text"
+  text_column: str = "text"  # one column, or two comma-separated (a pair)
   label_column: str = "label"
   encoding: str = ""
   member: str = ""
+  header: str = "auto"
+  quoting: str = "csv"
+  regression: bool = False
 
   def describe(self):
     return f"{self.path}" + (f" member {self.member}" if self.member else "")
@@ -191,7 +224,8 @@ class FileSource:
     try:
       return files.detect_layout(self.path, self.member, self.file_format,
                                  self.text_column, self.label_column,
-                                 self.encoding)
+                                 self.encoding, self.header, self.quoting,
+                                 label_kind(self.label_map, self.regression))
     except OSError as e:
       raise DataError(
           f"cannot read {self.path}: {errors.first_line(e)}") from None
@@ -217,21 +251,26 @@ class FileSource:
       # Chunks of rows, unbatched in tf.data: one Python call per row costs
       # ~20x more than the parsing itself.
       chunk = []
-      for index, line, _, text_, label, reason in files.read_rows(
+      for index, line, _, texts, label, reason in files.read_rows(
           path, member, layout, start, stop):
-        chunk.append((index, line, text_.encode("utf-8"), label, reason))
+        chunk.append((index, line, [t.encode("utf-8") for t in texts],
+                      label.encode("utf-8"), reason))
         if len(chunk) == _CHUNK:
           yield _columns(chunk)
           chunk = []
       if chunk:
         yield _columns(chunk)
 
-    signature = tuple(
-        tf.TensorSpec([None], dtype)
-        for dtype in (tf.int64, tf.int64, tf.string, tf.int64, tf.int32))
+    segments = len(layout.text_indices)
+    signature = (tf.TensorSpec([None], tf.int64), tf.TensorSpec([None],
+                                                                tf.int64),
+                 tf.TensorSpec([None, segments],
+                               tf.string), tf.TensorSpec([None], tf.string),
+                 tf.TensorSpec([None], tf.int32))
+    finish = lambda ds: _finish(ds, self.label_map, self.regression)
     if stripes <= 1:
-      ds = tf.data.Dataset.from_generator(rows, output_signature=signature)
-      return _finish(ds, self.label_map)
+      return finish(
+          tf.data.Dataset.from_generator(rows, output_signature=signature))
     starts, total = self._stripe_starts(layout, stripes)
     bounds = [s[0] for s in starts[1:]] + [total]
 
@@ -245,18 +284,18 @@ class FileSource:
             stripe, args=(k,), output_signature=signature).unbatch(),
         cycle_length=len(starts),
         block_length=1)
-    return _finish(ds.batch(_CHUNK), self.label_map)
+    return finish(ds.batch(_CHUNK))
 
 
 _CHUNK = 512
 
 
 def _columns(rows):
-  index, line, text_, label, reason = zip(*rows)
+  index, line, texts, label, reason = zip(*rows)
   return (np.array(index,
                    np.int64), np.array(line,
-                                       np.int64), np.array(text_, dtype=object),
-          np.array(label, np.int64), np.array(reason, np.int32))
+                                       np.int64), np.array(texts, dtype=object),
+          np.array(label, dtype=object), np.array(reason, np.int32))
 
 
 _STRIPES = {}  # (path, member, layout, stripes) -> (starts, total rows)

@@ -16,6 +16,7 @@ import time
 from absl import logging
 import tensorflow as tf
 
+from trainer import checks
 from trainer import actions
 from trainer import config as config_lib
 from trainer import errors
@@ -174,8 +175,6 @@ def _summary(run, result, metrics, final_step):
       stopped_early=result.stopped_early,
       start_step=run.start_step,
       train_loss=result.train_loss,
-      eval_accuracy=metrics["accuracy"],
-      eval_loss=metrics["loss"],
       eval_examples=metrics["examples"],
       examples_per_second=actions.throughput(result.loop_times),
       examples={name: counts[name]["rows_used"] for name in counts},
@@ -184,11 +183,16 @@ def _summary(run, result, metrics, final_step):
       total_steps=run.plan.total_steps,
       precision=run.route.precision)
   summary.update({
+      f"eval_{k}": v for k, v in actions.scalar_metrics(metrics).items()
+  })
+  summary.update({
       k.split("/")[1]: v for k, v in _loss_scale(run.state).items()
   })
   if counts.get("test", {}).get("rows_used"):
     test = run.evaluate("test")
-    summary.update(test_accuracy=test["accuracy"], test_loss=test["loss"])
+    summary.update({
+        f"test_{k}": v for k, v in actions.scalar_metrics(test).items()
+    })
   summary.update(input_pipeline.flat_counts(counts))
   return summary
 
@@ -221,7 +225,7 @@ def finish(run, result, signals):
     state.restore(best.manager.latest_checkpoint)
     logging.info("Restored the best checkpoint %s (step %d)",
                  best.manager.latest_checkpoint, state.step)
-    metrics = run.evaluate("validation")
+    metrics = run.evaluate_validation()
   summary = _summary(run, result, metrics, final_step)
   for writer in run.writers.values():
     writer.flush()
@@ -232,8 +236,10 @@ def finish(run, result, signals):
     run_dir.write_json(run.out.summary_json, summary)
   if not run.chief:
     tf.io.gfile.rmtree(run.out.model_dir)
-  logging.info("Done at step %d: eval accuracy %.4f, eval loss %.4f",
-               state.step, summary["eval_accuracy"], summary["eval_loss"])
+  logging.info(
+      "Done at step %d: %s", state.step,
+      ", ".join(f"eval {k} {v:.4f}"
+                for k, v in actions.scalar_metrics(metrics).items()))
   return summary
 
 
@@ -244,7 +250,7 @@ def run(c, command="trainer.main"):
   SIGTERM/SIGINT at any point from here on stops the run at the next safe
   point with every step trained so far saved (`Preempted`, exit code 75).
   """
-  config_lib.validate(c)
+  checks.validate(c)
   with actions.StopSignals() as signals:
     the_run = setup(c, command)
     try:

@@ -22,6 +22,10 @@ def encoder_inputs(batch):
 
 
 def _per_example_loss(logits, labels):
+  """Cross-entropy for class ids; squared error for regression (float32
+  labels, one output)."""
+  if labels.dtype.is_floating:
+    return tf.square(logits[:, 0] - labels)
   return tf.nn.sparse_softmax_cross_entropy_with_logits(
       labels=labels, logits=logits)
 
@@ -152,11 +156,19 @@ def _accumulate(forward_backward, batch, dropout_seed, k, variables):
   return loss, grads
 
 
+# What a regression eval gathers per example, beside its sums: Spearman's
+# correlation needs every prediction, not a sum.
+GATHERED = ("prediction", "label", "weight")
+
+
 def eval_layout(num_classes):
   """(name, shape) of what one eval pass sums: loss, correct and weight;
   the confusion counts [true, predicted]; for two classes the histograms of
   the positive class's probability for positive and negative examples
-  (`metrics.PR_BUCKETS` buckets, the PR curve's data)."""
+  (`metrics.PR_BUCKETS` buckets, the PR curve's data). A regression
+  (`num_classes=1`) sums loss and weight and gathers `GATHERED`."""
+  if num_classes == 1:
+    return [("loss_sum", ()), ("weight_sum", ())]
   layout = [("loss_sum", ()), ("correct_sum", ()), ("weight_sum", ()),
             ("confusion", (num_classes, num_classes))]
   if num_classes == 2:
@@ -184,6 +196,13 @@ def make_eval_step(model, num_classes):
     logits = model(encoder_inputs(batch), training=False)
     weight, label = batch["weight"], batch["label"]
     loss = _per_example_loss(logits, label)
+    if num_classes == 1:
+      return dict(
+          loss_sum=tf.reduce_sum(loss * weight),
+          weight_sum=tf.reduce_sum(weight),
+          prediction=logits[:, 0],
+          label=label,
+          weight=weight)
     predicted = tf.argmax(logits, axis=-1, output_type=tf.int32)
     correct = tf.cast(tf.equal(predicted, label), tf.float32)
     # Weighted one-hot rows of the true class; counts are sums, not matmuls
@@ -206,12 +225,13 @@ def make_eval_step(model, num_classes):
   return step
 
 
-def make_predict_step(model):
-  """Returns step(features) -> probabilities [batch, num_classes] float32."""
+def make_predict_step(model, regression=False):
+  """Returns step(features) -> probabilities [batch, num_classes] float32
+  (regression: the scores [batch])."""
 
   def step(features):
-    return tf.nn.softmax(
-        model(encoder_inputs(features), training=False), axis=-1)
+    logits = model(encoder_inputs(features), training=False)
+    return logits[:, 0] if regression else tf.nn.softmax(logits, axis=-1)
 
   return step
 
@@ -245,15 +265,22 @@ def make_train_loop(strategy, step):
 
 def make_eval_loop(strategy, step, num_classes):
   """Returns eval_loop(dataset) -> the float32 sums of `eval_layout` over
-  a distributed eval dataset (every example once)."""
+  a distributed eval dataset (every example once); for a regression also
+  `GATHERED`, each [examples incl. padding] in dataset order."""
   layout = eval_layout(num_classes)
   sizes = [int(np.prod(shape, dtype=np.int64)) for _, shape in layout]
+  gathered = GATHERED if num_classes == 1 else ()
 
   @tf.function
   def eval_loop(dataset):
     # One flat accumulator: autograph leaks tensors of a dict mutated in a
     # `for batch in dataset` loop.
     totals = tf.zeros([sum(sizes)])
+    arrays = tuple(
+        tf.TensorArray(
+            tf.float32, size=0, dynamic_size=True, infer_shape=False)
+        for _ in gathered)
+    i = tf.constant(0)
     for batch in dataset:
       out = strategy.run(step, args=(batch,))
       totals += tf.concat([
@@ -261,26 +288,43 @@ def make_eval_loop(strategy, step, num_classes):
               strategy.reduce(tf.distribute.ReduceOp.SUM, out[name], axis=None),
               [-1]) for name, _ in layout
       ], 0)
+      arrays = tuple(
+          a.write(i, tf.cast(strategy.gather(out[name], axis=0), tf.float32))
+          for a, name in zip(arrays, gathered))
+      i += 1
     parts = tf.split(totals, sizes)
-    return {
+    result = {
         name: tf.reshape(part, shape)
         for (name, shape), part in zip(layout, parts)
     }
+    result.update({name: a.concat() for a, name in zip(arrays, gathered)})
+    return result
 
   return eval_loop
 
 
-def evaluate(eval_loop, dataset):
-  """Mean loss, accuracy, the example count, the confusion matrix (int
-  counts, rows: true class) and, for two classes, the PR histograms
-  (`histograms`: positive, negative) of one eval pass."""
+def evaluate(eval_loop, dataset, metric_names=("accuracy",)):
+  """One eval pass: mean loss, the example count and `metric_names`
+  (`metrics.from_confusion` / `from_scores`); for classification also
+  accuracy, the confusion matrix (int counts, rows: true class) and, for
+  two classes, the PR histograms (`histograms`: positive, negative)."""
   totals = {k: v.numpy() for k, v in eval_loop(dataset).items()}
   n = max(float(totals["weight_sum"]), 1.0)
   out = dict(
       loss=float(totals["loss_sum"]) / n,
+      examples=int(round(float(totals["weight_sum"]))))
+  if "prediction" in totals:
+    real = totals["weight"] > 0
+    out.update(
+        metrics.from_scores(totals["prediction"][real], totals["label"][real],
+                            metric_names))
+    return out
+  out.update(
       accuracy=float(totals["correct_sum"]) / n,
-      examples=int(round(float(totals["weight_sum"]))),
       confusion=np.rint(totals["confusion"]).astype(np.int64))
+  out.update(
+      metrics.from_confusion(out["confusion"],
+                             [m for m in metric_names if m != "accuracy"]))
   if "positive_histogram" in totals:
     out["histograms"] = tuple(
         np.rint(totals[k]).astype(np.int64)
