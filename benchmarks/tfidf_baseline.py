@@ -80,7 +80,8 @@ def features(train, evaluate):
                        for v in vectorizers]).tocsr()
         for i in (0, 1))
     shared = a.multiply(b).tocsr()
-    norms = np.sqrt(a.multiply(a).sum(1)) * np.sqrt(b.multiply(b).sum(1))
+    norms = np.sqrt(
+        np.asarray(a.multiply(a).sum(1)) * np.asarray(b.multiply(b).sum(1)))
     cosine = np.asarray(shared.sum(1)) / np.maximum(norms, 1e-9)
     return sparse.hstack([a, b, shared, sparse.csr_matrix(cosine)]).tocsr()
 

@@ -122,6 +122,7 @@ def test_complete_takes_vertex_locations_for_unset_flags():
      "choose from accuracy, f1, mcc"),
     ("num_classes", 0, "must be at least 1 (1 = regression)"),
     ("header", "maybe", "choose one of auto, yes, no"),
+    ("text_column", "a,b,c", "give one field, or two for a sentence pair"),
     ("quoting", "double", "choose one of csv, none"),
     ("model_dir", "", "give a folder (local or gs://)"),
     ("layer_decay", 0.0, "must be in (0, 1]"),
@@ -184,6 +185,16 @@ def test_known_tfds_tasks_fill_what_the_user_left_unset():
   assert not config_lib.Config(tfds_name="imdb_reviews").hidden_test_labels()
   files = config_lib.Config(train_file="t.tsv", text_column="a, b")
   assert files.pairs and not config_lib.Config(train_file="t.tsv").pairs
+  with pytest.raises(errors.ConfigError, match="map ids .e.g. 1:0,0:1"):
+    checks.validate(
+        config_lib.Config(
+            tfds_name="glue/rte", label_map="not_entailment:0,entailment:1"))
+  # Accuracy is always reported for classes: CoLA may stop on it.
+  checks.validate(
+      config_lib.complete(
+          config_lib.Config(
+              tfds_name="glue/cola", early_stopping_metric="eval/accuracy"),
+          given={"tfds_name", "early_stopping_metric"}))
   with pytest.raises(errors.ConfigError, match="leave --label_map unset"):
     checks.validate(
         config_lib.Config(num_classes=1, label_map="0:0", eval_metrics=""))

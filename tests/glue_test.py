@@ -15,6 +15,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_datasets as tfds
 import tensorflow_text as text
 
 from conftest import ROOT
@@ -25,6 +26,7 @@ from trainer import export
 from trainer import input_pipeline
 from trainer import metrics
 from trainer import model as model_lib
+from trainer import predict
 from trainer import preprocessing
 from trainer import sources
 from trainer import train_step
@@ -139,6 +141,7 @@ def test_metrics_against_hand_computed_values():
   assert metrics.spearman([1, 2, 2, 3],
                           [1, 3, 2, 4]) == pytest.approx(4.5 / np.sqrt(22.5))
   assert metrics.pearson([3, 3, 3], [1, 2, 3]) == 0.0
+  assert np.isnan(metrics.spearman([1.0, np.nan, 2.0], [1, 2, 3]))
   assert metrics.from_confusion(confusion, ["accuracy", "f1"]) == dict(
       accuracy=pytest.approx(8 / 11), f1=pytest.approx(6 / 9))
 
@@ -173,6 +176,26 @@ def test_an_empty_second_text_is_rejected_with_its_own_reason(tmp_path):
                                     [b"question 1", b"sentence 1"],
                                     [b"question 2", b"sentence 2"]]
   assert labels.numpy().tolist() == [0, 1, 0]
+
+
+def test_a_word_label_outside_the_map_is_a_broken_row(tmp_path):
+  """With word labels any cell is a label, so one outside the map is a
+  typo (or a map's), not a class left out on purpose."""
+  rows = [(f"q {i}", f"s {i}", ("entailment", "neutral",
+                                "contradiction")[i % 3]) for i in range(30)]
+  path = _pair_file(tmp_path, rows)
+  c = config_lib.Config(
+      train_file=path,
+      eval_file=path,
+      text_column="q,s",
+      quoting="none",
+      num_classes=3,
+      label_map="entailment:0,neutral:1,contradicton:2")
+  split = input_pipeline.make_splits(c)["validation"]
+  counts = input_pipeline.count(split, num_classes=3)
+  assert counts["rejected"] == dict(label_not_in_map=10)
+  with pytest.raises(errors.DataError, match="label_not_in_map: 10"):
+    input_pipeline.check_bad_fraction(split, counts, 0.01)
 
 
 def _glue(task, name):
@@ -404,3 +427,17 @@ def test_a_preprocessor_without_pair_packing_is_a_clear_error(
   with pytest.raises(errors.HandleError, match="cannot pack sentence pairs"):
     model_lib.check_pairs(tf.saved_model.load(path), path)
   model_lib.check_pairs(demo, demo_paths["preprocessor"])  # packs pairs
+
+
+@pytest.mark.slow
+def test_hidden_label_test_splits_are_predictable(mrpc):
+  _, summary = mrpc
+  serve, _ = export.load_serving(summary["export_dir"])
+  with tfds.testing.mock_data(num_examples=5):
+    rows = list(
+        predict.predict(serve, predict.read_tfds("glue/mrpc", "test"), 2))
+    with pytest.raises(errors.UserError, match="no feature 'question'"):
+      next(predict.read_tfds("glue/mrpc", "test", text_key="question"))
+  assert len(rows) == 5
+  assert all(r["text"] and r["text_pair"] and len(r["probabilities"]) == 2
+             for r in rows)

@@ -125,10 +125,24 @@ def _check_labels(c):
   if bad:
     _fail("label_map", c.label_map, f"class ids {bad} are outside "
           f"[0, --num_classes={c.num_classes})")
+  if c.source_kind == "tfds" and any(
+      not re.fullmatch(r"[+-]?\d+", k) for k in label_map):
+    _fail("label_map", c.label_map, "TFDS labels are class ids; map ids "
+          "(e.g. 1:0,0:1), not names")
+
+
+def _check_task(c):
+  """Text fields (one or a pair) and what evals report."""
+  for flag in ("text_column", "text_key"):
+    if len(getattr(c, flag).split(",")) > 2:
+      _fail(flag, getattr(c, flag), "give one field, or two for a sentence "
+            "pair")
   try:
     reported = ("loss",) + c.metrics()
   except ValueError as e:
     _fail("eval_metrics", c.eval_metrics, str(e))
+  if not c.regression:
+    reported += ("accuracy",) * ("accuracy" not in reported)
   reported += (
       "mismatched_accuracy",) if c.tfds_name.startswith("glue/mnli") else ()
   if c.early_stopping_metric.split("/")[-1] not in reported:
@@ -151,6 +165,7 @@ def validate(c):
   _check_fields(c)
   _check_sources(c)
   _check_labels(c)
+  _check_task(c)
   _check_schedule(c)
   return c
 

@@ -136,7 +136,7 @@ class Config:
       2, "Number of classes; 1 = regression (float labels, mean squared "
       "error, e.g. STS-B).", None, (lambda v: v >= 1, "must be at least 1 "
                                     "(1 = regression)"))
-  label_names: str = _flag(
+  label_names: str = _tunable(
       "", "Comma-separated class names, saved with the model ('' = "
       "negative,positive for 2 classes).")
   max_bad_fraction: float = _tunable(
@@ -236,7 +236,7 @@ class Config:
   early_stopping_patience: int = _tunable(
       0, "Stop after this many evals without a better "
       "--early_stopping_metric (0 = never).", None, _COUNT)
-  eval_metrics: str = _flag(
+  eval_metrics: str = _tunable(
       "", "What evals report beside loss: accuracy, f1 (of class 1), mcc, "
       "pearson, spearman ('' = the task's: f1,accuracy for glue/mrpc and "
       "qqp, mcc for glue/cola, pearson,spearman for regression, else "

@@ -252,7 +252,13 @@ BAD_REASONS = ("label_not_a_number", "empty_text", "malformed_row",
 def check_bad_fraction(split, counts, max_fraction):
   """Raises DataError naming the file, count, reason and example lines when
   more than `max_fraction` of the split's rows are broken."""
-  bad = {r: counts["rejected"].get(r, 0) for r in BAD_REASONS}
+  reasons = BAD_REASONS
+  if sources.label_kind(split.source.label_map,
+                        split.source.regression) == "word":
+    # Every cell is a word: one outside the map is a typo, not a class
+    # left out on purpose (Sentiment140's neutral 2).
+    reasons += ("label_not_in_map",)
+  bad = {r: counts["rejected"].get(r, 0) for r in reasons}
   total_bad = sum(bad.values())
   if not counts["rows_read"] or total_bad <= max_fraction * counts["rows_read"]:
     return

@@ -133,7 +133,10 @@ def matthews(confusion):
 
 
 def pearson(x, y):
-  """Pearson correlation in float64; 0 when either side is constant."""
+  """Pearson correlation in float64; 0 when either side is constant, NaN
+  when a value is not finite (a diverged model shows as such)."""
+  if not (np.isfinite(x).all() and np.isfinite(y).all()):
+    return float("nan")
   x = np.asarray(x, np.float64) - np.mean(x)
   y = np.asarray(y, np.float64) - np.mean(y)
   spread = np.sqrt((x @ x) * (y @ y))
@@ -141,7 +144,10 @@ def pearson(x, y):
 
 
 def spearman(x, y):
-  """Spearman rank correlation: Pearson's of the tie-averaged ranks."""
+  """Spearman rank correlation: Pearson's of the tie-averaged ranks (NaN
+  when a value is not finite, as `pearson`)."""
+  if not (np.isfinite(x).all() and np.isfinite(y).all()):
+    return float("nan")
   return pearson(ranks(x), ranks(y))
 
 

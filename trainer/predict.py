@@ -8,6 +8,12 @@ r"""Predict with an exported model: raw text in, classes and probabilities out.
         --text="The cat sat." --text_pair="A cat was sitting."
     python -m trainer.predict --export_dir=PAIR_EXPORT \
         --input_file=dev.tsv --text_column=sentence1,sentence2 --quoting=none
+    python -m trainer.predict --export_dir=MRPC_EXPORT --tfds_name=glue/mrpc \
+        --split=test --output_file=mrpc_test.jsonl
+
+`--tfds_name` predicts every row of a TFDS split (`--split`, default test:
+GLUE's, whose labels are hidden), its text fields from `--text_key` or the
+task's (sentence1,sentence2 for glue/mrpc).
 
 `--input_file` holds one text per line, or is a CSV/TSV whose `--text_column`
 (name or 0-based index; two comma-separated for a sentence-pair model) is
@@ -31,6 +37,8 @@ from trainer import errors
 from trainer import export
 from trainer import files
 from trainer import run_dir
+from trainer import sources
+from trainer import tasks
 
 # Bad input flags or files: one line, exit code 2 (trainer.cli).
 PredictError = errors.ConfigError
@@ -45,7 +53,7 @@ def _column(name, header, input_file):
                      f"header has {header[:8]}")
 
 
-def read_texts(input_file, text_column="text", quoting="csv"):
+def read_texts(input_file, text_column="text", quoting="csv", header="yes"):
   """Yields the texts of `input_file` one by one (streamed): strings, or
   (text, text_pair) tuples when `text_column` names two columns."""
   if not tf.io.gfile.exists(input_file):
@@ -65,11 +73,28 @@ def read_texts(input_file, text_column="text", quoting="csv"):
         lines,
         delimiter="\t" if lower.endswith(".tsv") else ",",
         quoting=csv.QUOTE_NONE if quoting == "none" else csv.QUOTE_MINIMAL)
-    header = [c.strip() for c in next(reader, [])]
+    header = [c.strip() for c in next(reader, [])] if header == "yes" else []
     columns = [_column(n, header, input_file) for n in names]
     for row in reader:
       texts = tuple(row[i] if i < len(row) else "" for i in columns)
       yield texts if len(texts) > 1 else texts[0]
+
+
+def read_tfds(name, split, text_key="", data_dir=""):
+  """Yields the texts of every row of a TFDS split (strings, or pairs)."""
+  task = tasks.tfds_task(name)
+  keys = [
+      k.strip()
+      for k in (text_key or (task.text_keys if task else "text")).split(",")
+  ]
+  ds = sources.load_tfds(name, split, data_dir or None)
+  missing = [k for k in keys if k not in ds.element_spec]
+  if missing:
+    raise PredictError(f"TFDS {name} has no feature {missing[0]!r}; features "
+                       f"are {sorted(ds.element_spec)} (set --text_key)")
+  for example in ds.as_numpy_iterator():
+    texts = tuple(example[k].decode("utf-8", errors="replace") for k in keys)
+    yield texts if len(texts) > 1 else texts[0]
 
 
 def predict(serve, texts, batch_size=256):
@@ -141,6 +166,15 @@ def define_flags():
   flags.DEFINE_enum(
       "quoting", "csv", ["csv", "none"], "none: double quotes "
       "are plain characters (GLUE's TSVs).")
+  flags.DEFINE_enum(
+      "header", "yes", ["yes", "no"], "Whether a CSV/TSV starts with a "
+      "header row (no: --text_column by index, as GLUE's CoLA).")
+  flags.DEFINE_string("tfds_name", "", "Predict every row of a TFDS split.")
+  flags.DEFINE_string("split", "test", "The TFDS split (--tfds_name).")
+  flags.DEFINE_string(
+      "text_key", "", "TFDS text feature(s), comma-separated ('' = the "
+      "task's).")
+  flags.DEFINE_string("data_dir", "", "TFDS data_dir (gs:// works).")
   flags.DEFINE_string("output_file", "", "'' = stdout (JSON lines); .csv "
                       "writes CSV.")
   flags.DEFINE_integer("batch_size", 256, "Texts per call.")
@@ -150,8 +184,9 @@ def define_flags():
 def main(argv):
   del argv
   f = flags.FLAGS
-  if bool(f.text) == bool(f.input_file):
-    raise PredictError("give --text (one or more) or --input_file")
+  if (bool(f.text) + bool(f.input_file) + bool(f.tfds_name)) != 1:
+    raise PredictError("give --text (one or more), --input_file or "
+                       "--tfds_name")
   if f.batch_size < 1:
     raise PredictError(f"--batch_size={f.batch_size} is invalid: must be >= 1")
   if f.output_file:
@@ -161,7 +196,9 @@ def main(argv):
                        f"--text, {len(f.text_pair)} --text_pair)")
   serve, _ = export.load_serving(f.export_dir)
   texts = list(zip(f.text, f.text_pair)) if f.text_pair else f.text
-  texts = texts or read_texts(f.input_file, f.text_column, f.quoting)
+  if f.tfds_name:
+    texts = read_tfds(f.tfds_name, f.split, f.text_key, f.data_dir)
+  texts = texts or read_texts(f.input_file, f.text_column, f.quoting, f.header)
   write(predict(serve, texts, f.batch_size), f.output_file)
 
 

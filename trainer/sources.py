@@ -129,6 +129,25 @@ def tfds_splits(name, data_dir):
   return splits
 
 
+def load_tfds(name, split, data_dir):
+  """`tfds.load` of one split in its stored order, or a DataError saying
+  what to do."""
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  try:
+    return tfds.load(
+        name,
+        split=split,
+        data_dir=data_dir,
+        shuffle_files=False,
+        download=True)
+  except Exception as e:  # TFDS raises many types; all mean "not readable".
+    raise DataError(
+        f"cannot load TFDS dataset --tfds_name={name} split {split!r} "
+        f"(data_dir={data_dir}): {errors.first_line(e)}. Prepare it with "
+        "`tfds build` where there is network, then point --data_dir at it "
+        "(gs:// works).") from None
+
+
 @dataclasses.dataclass(frozen=True)
 class TfdsSource:
   """A split of a TFDS text classification dataset."""
@@ -151,21 +170,7 @@ class TfdsSource:
   def chunks(self, stripes=1):
     """TFDS stores examples shuffled already, so `stripes` is not needed."""
     del stripes
-    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-    try:
-      ds = tfds.load(
-          self.name,
-          split=self.split,
-          data_dir=self.data_dir,
-          shuffle_files=False,
-          download=True)
-    except Exception as e:  # TFDS raises many types; all mean "not readable".
-      raise DataError(
-          f"cannot load TFDS dataset --tfds_name={self.name} split "
-          f"{self.split!r} (data_dir={self.data_dir}): "
-          f"{errors.first_line(e)}. "
-          "Prepare it with `tfds build` where there is network, then point "
-          "--data_dir at it (gs:// works).") from None
+    ds = load_tfds(self.name, self.split, self.data_dir)
     text_keys = [k.strip() for k in self.text_key.split(",")]
     label_key, spec = self.label_key, ds.element_spec
     for key in text_keys + [label_key]:
