@@ -8,9 +8,9 @@ Each line of `--rows` is `<name> <flag> <flag> ...`: flags that override
 the flagfile for that run (`#` starts a comment). Rows run one after the
 other, as real `python -m trainer.main` processes, each in its own
 model_dir under `--work_dir`, with an eval only at the end and no export,
-so the held-out accuracy is the final model's, never a pick among evals.
+so the eval metrics are the final model's, never a pick among evals.
 A row whose summary.json exists is not run again: the sweep resumes after
-a kill. Prints a Markdown table (held-out accuracy, train examples/s, wall
+a kill. Prints a Markdown table (every eval metric, train examples/s, wall
 time, the command) and writes it to `--work_dir`/sweep.md.
 """
 
@@ -24,7 +24,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The sweep's own settings: final-model accuracy, nothing but training timed.
+# The sweep's own settings: final-model metrics, nothing but training timed.
 FIXED = ("--eval_every=0", "--checkpoint_every=0", "--export=false")
 
 
@@ -98,8 +98,9 @@ def table(records, flagfile):
                  f"{'-' if speed is None else f'{speed:.1f}'} | "
                  f"{minutes} min {seconds:02d} s |")
   lines.append("")
+  base = f"--flagfile={flagfile} " if flagfile else ""
   lines.append(f"Command per row: `python -m trainer.main "
-               f"--flagfile={flagfile} {' '.join(FIXED)} <overrides> "
+               f"{base}{' '.join(FIXED)} <overrides> "
                f"--model_dir=<work_dir>/<row>`; machine: "
                f"{platform.processor() or platform.machine()}, "
                f"{os.cpu_count()} cores.")
