@@ -7,12 +7,12 @@ trains and that the report carries every figure the benchmark promises.
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 
 from conftest import ROOT
+from conftest import run_process
 
 pytest.importorskip(
     "keras_hub",
@@ -29,17 +29,13 @@ RACED = ("trainer_best,trainer_loop1,trainer_bf16,keras_recipe_spe,"
 @pytest.mark.slow
 def test_train_throughput_quick_mode(tmp_path):
   output = tmp_path / "results.json"
-  result = subprocess.run([
+  result = run_process([
       sys.executable,
       os.path.join(ROOT, "benchmarks", "train_throughput.py"), "--quick",
       "--skip=memory,input", f"--output={output}", f"--contenders={RACED}"
   ],
-                          cwd=ROOT,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
-                          capture_output=True,
-                          text=True,
-                          timeout=900,
-                          check=False)
+                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+                       timeout=900)
   assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
   results = json.loads(output.read_text())
   rates = results["examples_per_second"]["demo"]

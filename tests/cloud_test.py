@@ -12,6 +12,9 @@ from absl import logging as absl_logging
 import pytest
 import tensorflow as tf
 
+from conftest import run_process
+from conftest import without_project
+
 from trainer import bert
 from trainer import cli
 from trainer import config as config_lib
@@ -182,25 +185,18 @@ def test_wheel_installs_in_a_fresh_venv_and_runs(tmp_path):
                         text=True).stdout.strip()
   with open(os.path.join(site, "deps.pth"), "w") as f:
     f.write(sysconfig.get_paths()["purelib"] + "\n")
-  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-  result = subprocess.run([py, "-m", "trainer.main", "--helpfull"],
-                          cwd=tmp_path,
-                          env=env,
-                          capture_output=True,
-                          text=True,
-                          timeout=300,
-                          check=False)
+  env = without_project()
+  result = run_process([py, "-m", "trainer.main", "--helpfull"],
+                       cwd=tmp_path,
+                       env=env)
   # absl exits with 1 after printing help.
   assert result.returncode in (0, 1), result.stderr[-2000:]
   assert "Traceback" not in result.stderr
   assert "--encoder_handle" in result.stdout
   assert "--max_bad_fraction" in result.stdout
-  where = subprocess.run([py, "-c", "import trainer; print(trainer.__file__)"],
-                         cwd=tmp_path,
-                         env=env,
-                         capture_output=True,
-                         text=True,
-                         check=True).stdout
+  where = run_process([py, "-c", "import trainer; print(trainer.__file__)"],
+                      cwd=tmp_path,
+                      env=env).stdout
   assert str(venv) in where
 
 

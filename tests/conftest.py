@@ -6,6 +6,8 @@ encoder and preprocessor in the TF Hub format, a dropout-free encoder) under
 temporary folders: nothing is downloaded.
 """
 
+import fcntl
+import json
 import os
 import sys
 
@@ -45,8 +47,16 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def demo_paths(tmp_path_factory):
-  """The embedded demo assets, built once per test session."""
-  return demo.ensure_assets(str(tmp_path_factory.mktemp("demo_cache")))
+  """The embedded demo assets, built once per test run: pytest-xdist's
+  workers share one cache in the run's base folder, the first one to take
+  the lock builds it (the cache is only read after that)."""
+  if "PYTEST_XDIST_WORKER" not in os.environ:
+    return demo.ensure_assets(str(tmp_path_factory.mktemp("demo_cache")))
+  root = tmp_path_factory.getbasetemp().parent / "demo_cache"
+  root.mkdir(exist_ok=True)
+  with open(root / ".lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    return demo.ensure_assets(str(root))
 
 
 @pytest.fixture(scope="session")
@@ -61,16 +71,55 @@ def no_dropout_encoder(tmp_path_factory, demo_paths):
   return path
 
 
+def run_process(args, *, cwd=ROOT, env=None, timeout=300):
+  """Runs the command `args` to its end, its text output captured; the exit
+  status is the caller's to assert (never raised here)."""
+  return subprocess.run(
+      list(args),
+      cwd=cwd,
+      env=env,
+      capture_output=True,
+      text=True,
+      timeout=timeout,
+      check=False)
+
+
+def with_project(**extra):
+  """This environment with the project importable (PYTHONPATH) and `extra`."""
+  return dict(os.environ, PYTHONPATH=ROOT, **extra)
+
+
+def without_project():
+  """This environment without PYTHONPATH: `trainer` is not importable from a
+  folder other than the project root unless it is installed."""
+  return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
+def last_json(result):
+  """The JSON object a process that succeeded printed on its last line."""
+  assert result.returncode == 0, result.stderr[-3000:]
+  return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def run_outside_project(folder, source):
+  """Runs the Python `source` in a fresh process that cannot import the
+  project (as a server would load an export): from `folder`, without
+  PYTHONPATH. Returns what its last line printed, as JSON."""
+  script = os.path.join(str(folder), "outside_project.py")
+  with open(script, "w") as f:
+    f.write(source)
+  return last_json(
+      run_process([sys.executable, script],
+                  cwd=str(folder),
+                  env=without_project()))
+
+
 def run_module(module, *args, timeout=300):
   """Runs `python -m module args` from the project root, as a user would
   (with no TF_CPP_MIN_LOG_LEVEL: the trainer sets its own)."""
-  env = dict(os.environ, PYTHONPATH=ROOT)
+  env = with_project()
   for name in ("TF_CPP_MIN_LOG_LEVEL", "BERT_TRAINER_VERBOSE"):
     env.pop(name, None)
-  return subprocess.run([sys.executable, "-m", module, *args],
-                        cwd=ROOT,
-                        env=env,
-                        capture_output=True,
-                        text=True,
-                        timeout=timeout,
-                        check=False)
+  return run_process([sys.executable, "-m", module, *args],
+                     env=env,
+                     timeout=timeout)

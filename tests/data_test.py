@@ -5,7 +5,6 @@ import csv
 import io
 import os
 import re
-import subprocess
 import sys
 import zipfile
 
@@ -16,6 +15,8 @@ import tensorflow_datasets as tfds
 import tensorflow_hub as hub
 
 from conftest import SHARED_CSV
+from conftest import run_process
+from conftest import with_project
 from trainer import config as config_lib
 from trainer import files
 from trainer import input_pipeline
@@ -228,18 +229,12 @@ def test_main_stops_on_a_wrong_file_format(tmp_path):
   path = tmp_path / "d.csv"
   path.write_text("text,label\n" +
                   "".join(f"row {i},{i % 2}\n" for i in range(50)))
-  env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
-  result = subprocess.run([
+  result = run_process([
       sys.executable, "-m", "trainer.main", f"--train_file={path}",
       "--label_column=0", f"--model_dir={tmp_path}/m", "--encoder_handle=demo",
       "--preprocessor_handle=demo"
   ],
-                          env=env,
-                          cwd=ROOT,
-                          capture_output=True,
-                          text=True,
-                          timeout=300,
-                          check=False)
+                       env=with_project(TF_CPP_MIN_LOG_LEVEL="2"))
   assert result.returncode == 2, result.stderr[-2000:]
   # The train part of the carve (95% of 50 rows, seeded) is checked first.
   assert re.search(

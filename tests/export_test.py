@@ -2,14 +2,13 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from conftest import run_module
+from conftest import run_outside_project
 from trainer import config as config_lib
 from trainer import export
 from trainer import input_pipeline
@@ -65,8 +64,8 @@ def test_training_exports_at_the_end(run):
 @pytest.mark.core
 @pytest.mark.slow
 def test_fresh_process_without_trainer_serves_strings(run, tmp_path):
-  script = tmp_path / "serve.py"
-  script.write_text(f"""
+  out = run_outside_project(
+      tmp_path, f"""
 import json, sys
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  registers the preprocessor's ops
@@ -80,16 +79,6 @@ print(json.dumps(dict(
     sums=out["probabilities"].numpy().sum(-1).tolist(),
     names=[n.decode() for n in out["class_names"].numpy()])))
 """)
-  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-  result = subprocess.run([sys.executable, str(script)],
-                          cwd=tmp_path,
-                          env=env,
-                          capture_output=True,
-                          text=True,
-                          timeout=300,
-                          check=False)
-  assert result.returncode == 0, result.stderr[-3000:]
-  out = json.loads(result.stdout.strip().splitlines()[-1])
   assert out["trainer_imported"] is False
   n = len(TEXTS)
   assert out["shapes"] == dict(

@@ -9,7 +9,6 @@ computations, the TFDS GLUE tasks end to end through TFDS's mock in real
 import glob
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -20,8 +19,12 @@ import tensorflow_text as text
 
 from conftest import ROOT
 from conftest import run_module
+from conftest import run_outside_project
+from conftest import run_process
+from conftest import with_project
 from trainer import config as config_lib
 from trainer import errors
+from trainer import evaluate
 from trainer import export
 from trainer import input_pipeline
 from trainer import metrics
@@ -267,23 +270,31 @@ def test_glue_tsv_quotes_are_plain_characters_only_with_quoting_none():
     input_pipeline.check_bad_fraction(split, quoted, 0.01)
 
 
-def _mock_main(tmp_path, tfds_name, *flags, examples=48):
-  """`trainer.main` on TFDS's mock of `tfds_name` in a fresh process."""
-  model_dir = str(tmp_path / tfds_name.replace("/", "_"))
-  env = dict(os.environ, PYTHONPATH=ROOT)
-  result = subprocess.run([
+def _under_mock(program, *flags, examples=48):
+  """`python -m <program> flags` on TFDS's mock data, in a fresh process."""
+  return run_process([
       sys.executable,
       os.path.join(ROOT, "tests", "tfds_mock_main.py"),
-      str(examples), f"--tfds_name={tfds_name}", f"--model_dir={model_dir}",
-      "--train_steps=4", "--seq_length=32", "--batch_size=16",
-      "--steps_per_loop=2", "--learning_rate=1e-3", *flags
+      str(examples), program, *flags
   ],
-                          cwd=ROOT,
-                          env=env,
-                          capture_output=True,
-                          text=True,
-                          timeout=600,
-                          check=False)
+                     env=with_project(),
+                     timeout=600)
+
+
+def _mock_main(tmp_path, tfds_name, *flags, examples=48):
+  """`trainer.main` on TFDS's mock of `tfds_name`; (model_dir, summary)."""
+  model_dir = str(tmp_path / tfds_name.replace("/", "_"))
+  result = _under_mock(
+      "trainer.main",
+      f"--tfds_name={tfds_name}",
+      f"--model_dir={model_dir}",
+      "--train_steps=4",
+      "--seq_length=32",
+      "--batch_size=16",
+      "--steps_per_loop=2",
+      "--learning_rate=1e-3",
+      *flags,
+      examples=examples)
   assert result.returncode == 0, result.stderr[-3000:]
   with open(os.path.join(model_dir, "summary.json")) as f:
     return model_dir, json.load(f)
@@ -316,6 +327,26 @@ def test_tfds_glue_mnli_and_stsb_end_to_end(tmp_path):
   assert scores["scores"].shape == [1] and scores["scores"].dtype == tf.float32
   with open(os.path.join(model_dir, "config.json")) as f:
     assert json.load(f)["config"]["num_classes"] == 1
+  # evaluate scores a labelled split with the task's metrics.
+  scored = _under_mock("trainer.evaluate", f"--export_dir={stsb['export_dir']}",
+                       "--tfds_name=glue/stsb", "--split=validation")
+  assert scored.returncode == 0, scored.stderr[-3000:]
+  scores = json.loads(scored.stdout)
+  assert scores["examples"] == 48 and {"pearson", "spearman"} <= set(scores)
+
+
+@pytest.mark.parametrize("name,split", [("glue/stsb", "test"),
+                                        ("glue/mnli", "test_matched"),
+                                        ("glue/mrpc", "test[:10%]")])
+def test_evaluate_refuses_a_split_whose_labels_are_hidden(name, split):
+  # glue/stsb's -1.0 would score as a label; the line names what to run.
+  c = config_lib.complete(config_lib.Config(tfds_name=name, model_dir="m"))
+  with pytest.raises(errors.ConfigError) as info:
+    evaluate.data_split(c, split)
+  assert str(info.value) == (
+      f"--split={split} of {name} hides its labels (all -1), so it cannot be "
+      f"scored: predict it with python -m trainer.predict --tfds_name={name} "
+      f"--split={split}")
 
 
 @pytest.fixture(scope="module")
@@ -335,8 +366,8 @@ def test_tfds_glue_mrpc_reports_f1_and_accuracy(mrpc):
 def test_the_pair_export_serves_without_the_project_as_the_eval_step(
     mrpc, tmp_path):
   model_dir, summary = mrpc
-  script = tmp_path / "serve.py"
-  script.write_text(f"""
+  served = run_outside_project(
+      tmp_path, f"""
 import json, sys
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  registers the preprocessor's ops
@@ -347,16 +378,6 @@ out = serve(text=tf.constant({[p[0] for p in PAIRS]!r}),
 print(json.dumps(dict(trainer="trainer" in sys.modules,
                       probabilities=out["probabilities"].numpy().tolist())))
 """)
-  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-  result = subprocess.run([sys.executable, str(script)],
-                          cwd=tmp_path,
-                          env=env,
-                          capture_output=True,
-                          text=True,
-                          timeout=300,
-                          check=False)
-  assert result.returncode == 0, result.stderr[-3000:]
-  served = json.loads(result.stdout.strip().splitlines()[-1])
   assert served["trainer"] is False
   # The trainer's side: its pipeline over a TSV of the same pairs and its
   # predict step on the model restored from the same checkpoint.

@@ -9,7 +9,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import ROOT
+from conftest import run_process
+from conftest import with_project
+
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import failure_drills  # noqa: E402  pylint: disable=g-import-not-at-top
 
@@ -39,17 +42,13 @@ def _weights(model_dir):
 @pytest.mark.slow
 def test_two_worker_processes_equal_one_process(tmp_path, demo_paths,
                                                 no_dropout_encoder):
-  env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+  env = with_project(TF_CPP_MIN_LOG_LEVEL="2")
   env.pop("TF_CONFIG", None)
   reference = str(tmp_path / "single")
-  single = subprocess.run(
+  single = run_process(
       _args(demo_paths, no_dropout_encoder, reference, "auto"),
       env=env,
-      cwd=ROOT,
-      capture_output=True,
-      text=True,
-      timeout=600,
-      check=False)
+      timeout=600)
   assert single.returncode == 0, single.stderr[-3000:]
 
   shared = str(tmp_path / "multi")

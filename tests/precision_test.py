@@ -6,9 +6,6 @@ rewrite on CPU, which TensorFlow applies on AVX512 CPUs only, and which is a
 process-wide option: that test runs in a fresh process.
 """
 
-import json
-import os
-import subprocess
 import sys
 
 import numpy as np
@@ -16,7 +13,9 @@ import pytest
 import tensorflow as tf
 import tensorflow_hub as hub
 
-from conftest import ROOT
+from conftest import last_json
+from conftest import run_process
+from conftest import with_project
 from trainer import bert
 from trainer import config as config_lib
 from trainer import errors
@@ -340,17 +339,9 @@ print(json.dumps(dict(
 def test_foreign_encoder_gets_the_onednn_rewrite(tmp_path):
   script = tmp_path / "probe.py"
   script.write_text(_PROBE)
-  out = subprocess.run([sys.executable, str(script)],
-                       cwd=ROOT,
-                       env=dict(
-                           os.environ,
-                           PYTHONPATH=ROOT,
-                           TF_CPP_MIN_LOG_LEVEL="2"),
-                       capture_output=True,
-                       text=True,
-                       timeout=300,
-                       check=True)
-  result = json.loads(out.stdout.strip().splitlines()[-1])
+  result = last_json(
+      run_process([sys.executable, str(script)],
+                  env=with_project(TF_CPP_MIN_LOG_LEVEL="2")))
   assert result["rewrite"] is True
   assert result["note"].startswith("precision: bfloat16 via oneDNN")
   assert result["dtype"] == "float32"

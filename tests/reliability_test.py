@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import run_process
 from trainer import actions
 from trainer import checkpoints
 from trainer import config as config_lib
@@ -66,14 +67,7 @@ def test_sigterm_saves_a_checkpoint_exits_75_and_the_run_resumes(
   latest = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
   assert latest.endswith(f"ckpt-{step}")
   assert "Traceback" not in stderr
-  resumed = subprocess.run(
-      _command(model_dir, demo_paths, step + 20),
-      cwd=ROOT,
-      env=_env(),
-      capture_output=True,
-      text=True,
-      timeout=300,
-      check=False)
+  resumed = run_process(_command(model_dir, demo_paths, step + 20), env=_env())
   assert resumed.returncode == 0, resumed.stderr[-3000:]
   assert f"at step {step}" in resumed.stderr
   summary = json.load(open(os.path.join(model_dir, "summary.json")))
@@ -100,17 +94,13 @@ def test_kill_resume_program_runs(demo_paths, tmp_path):
   # two micro-batches per update (checkpoints fall on updates) and float16
   # (the loss scale resumes too).
   program = os.path.join(ROOT, "benchmarks", "kill_resume.py")
-  result = subprocess.run([
+  result = run_process([
       sys.executable, program, "--trials=1", "--steps=12", "--seed=1",
       "--grad_accumulation_steps=2", "--precision=float16",
       f"--demo_cache_dir={demo_paths['root']}", f"--work_dir={tmp_path}"
   ],
-                          cwd=ROOT,
-                          env=_env(),
-                          capture_output=True,
-                          text=True,
-                          timeout=600,
-                          check=False)
+                       env=_env(),
+                       timeout=600)
   assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
   assert "1/1 identical" in result.stdout
   assert "| 0 |" in result.stdout

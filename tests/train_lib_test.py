@@ -7,7 +7,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
 
 import numpy as np
@@ -16,6 +15,7 @@ import tensorflow as tf
 
 from conftest import ROOT
 from conftest import run_module
+from conftest import run_process
 from trainer import checks
 from trainer import actions
 from trainer import checkpoints
@@ -249,14 +249,10 @@ def test_python_api_runs_the_demo_as_the_command_does(tmp_path, demo_paths):
   the same completed config and, with --deterministic, the same model."""
   api_dir, cli_dir = str(tmp_path / "api"), str(tmp_path / "cli")
   env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
-  api = subprocess.run(
+  api = run_process(
       [sys.executable, "-c", _NOTEBOOK, api_dir, demo_paths["root"]],
       cwd=str(tmp_path),
-      env=env,
-      capture_output=True,
-      text=True,
-      timeout=300,
-      check=False)
+      env=env)
   assert api.returncode == 0, api.stderr[-3000:]
   assert "step 12/12" in api.stderr  # the log reaches a notebook's cell
   summary = json.loads(api.stdout.strip().splitlines()[-1])

@@ -320,3 +320,33 @@ def test_mean_pooling_head_and_its_step(demo_paths):
         b * (1 - 9e-4 * opt.decay_rates[i]),
         rtol=1e-6,
         atol=1e-9)
+
+
+@pytest.mark.core
+def test_regression_eval_gathers_every_prediction_even_of_an_empty_split(
+    demo_paths, no_dropout_encoder, strategies):
+  """On 2 replicas the eval loop gathers each prediction, label and weight
+  in dataset order (the last batch padded: weight 0); a split with no
+  batch gives empty arrays and zero sums, not an error."""
+  preprocessor = hub.load(demo_paths["preprocessor"])
+  two = strategies[1]
+  with two.scope():
+    model = model_lib.Classifier(
+        hub.load(no_dropout_encoder), 1, dropout_rate=0.0, seed=3)
+  examples = _batch(preprocessor, size=2 * BATCH)
+  examples["label"] = tf.range(2 * BATCH, dtype=tf.float32) / 4
+  examples["weight"] = tf.constant([1.0] * 13 + [0.0] * 3)
+  dataset = tf.data.Dataset.from_tensor_slices(examples).batch(BATCH)
+  loop = train_step.make_eval_loop(two, train_step.make_eval_step(model, 1), 1)
+  out = loop(two.experimental_distribute_dataset(dataset))
+  want = model(train_step.encoder_inputs(examples), training=False)[:, 0]
+  np.testing.assert_allclose(out["prediction"], want, rtol=1e-5, atol=1e-6)
+  np.testing.assert_array_equal(out["label"], examples["label"])
+  np.testing.assert_array_equal(out["weight"], examples["weight"])
+  assert float(out["weight_sum"]) == 13.0
+  squared = (want.numpy() - examples["label"].numpy())**2
+  np.testing.assert_allclose(
+      float(out["loss_sum"]), squared[:13].sum(), rtol=1e-5)
+  empty = loop(two.experimental_distribute_dataset(dataset.take(0)))
+  assert [empty[k].shape for k in train_step.GATHERED] == [[0]] * 3
+  assert float(empty["weight_sum"]) == 0.0 and float(empty["loss_sum"]) == 0.0

@@ -10,7 +10,6 @@ one seed per call (`bert.hashed_keep_mask`).
 
 import os
 import re
-import subprocess
 import sys
 
 import numpy as np
@@ -19,6 +18,7 @@ import tensorflow as tf
 import tensorflow_hub as hub
 
 from conftest import ROOT
+from conftest import run_process
 from trainer import bert
 from trainer import config as config_lib
 from trainer import train_lib
@@ -139,14 +139,7 @@ def _run_dumping(args, tmp_path):
   of compilations per function."""
   dump = tmp_path / "xla_dump"
   env = dict(os.environ, PYTHONPATH=ROOT, XLA_FLAGS=f"--xla_dump_to={dump}")
-  out = subprocess.run(
-      args,
-      cwd=str(tmp_path),
-      env=env,
-      capture_output=True,
-      text=True,
-      timeout=300,
-      check=False)
+  out = run_process(args, cwd=str(tmp_path), env=env)
   assert out.returncode == 0, out.stderr[-3000:]
   return out, _compile_counts(dump)
 

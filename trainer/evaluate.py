@@ -98,20 +98,27 @@ def _serving(c):
   return lambda texts: call(module.serve, texts), c.class_names()
 
 
-def data_split(c):
-  """The Split to score: --input_file, a TFDS split by name, or a split of
-  the trainer's data (`input_pipeline.make_splits`)."""
-  if FLAGS.input_file:
-    if FLAGS.split:
+def data_split(c, split="", input_file=""):
+  """The Split to score (`--split`, `--input_file`): one labelled file, a TFDS
+  split by name, or a split of the trainer's data
+  (`input_pipeline.make_splits`)."""
+  if input_file:
+    if split:
       raise errors.ConfigError(
           "give --input_file (one labelled file, scored whole) or --split, "
           "not both")
-    return input_pipeline.whole_split(c, input_file=FLAGS.input_file)
-  if (c.source_kind == "tfds" and FLAGS.split and
-      FLAGS.split.split("[")[0] in input_pipeline.tfds_split_names(c)):
-    return input_pipeline.whole_split(c, tfds_split=FLAGS.split)
+    return input_pipeline.whole_split(c, input_file=input_file)
+  if (c.source_kind == "tfds" and c.hidden_test_labels() and
+      split.startswith("test")):
+    raise errors.ConfigError(
+        f"--split={split} of {c.tfds_name} hides its labels (all -1), "
+        "so it cannot be scored: predict it with python -m trainer.predict "
+        f"--tfds_name={c.tfds_name} --split={split}")
+  if (c.source_kind == "tfds" and split and
+      split.split("[")[0] in input_pipeline.tfds_split_names(c)):
+    return input_pipeline.whole_split(c, tfds_split=split)
   splits = input_pipeline.make_splits(c)
-  name = FLAGS.split or ("test" if "test" in splits else "validation")
+  name = split or ("test" if "test" in splits else "validation")
   if name not in splits:
     raise errors.ConfigError(
         f"--split={name!r} is invalid: this data has splits {sorted(splits)}")
@@ -197,7 +204,9 @@ def main(argv):
           f"({errors.first_line(e)}); write elsewhere") from None
   c = checks.validate(_config())
   serve, names = _serving(c)
-  result, histograms = evaluate(c, serve, data_split(c), names)
+  result, histograms = evaluate(c, serve,
+                                data_split(c, FLAGS.split, FLAGS.input_file),
+                                names)
   text = json.dumps(result, indent=2, sort_keys=True)
   print(text)
   if FLAGS.output_file:

@@ -278,7 +278,11 @@ def make_eval_loop(strategy, step, num_classes):
     totals = tf.zeros([sum(sizes)])
     arrays = tuple(
         tf.TensorArray(
-            tf.float32, size=0, dynamic_size=True, infer_shape=False)
+            tf.float32,
+            size=0,
+            dynamic_size=True,
+            infer_shape=False,
+            element_shape=tf.TensorShape([None]))  # concat of none: [0]
         for _ in gathered)
     i = tf.constant(0)
     for batch in dataset:
