@@ -87,11 +87,7 @@ def read_tfds(name, split, text_key="", data_dir=""):
       k.strip()
       for k in (text_key or (task.text_keys if task else "text")).split(",")
   ]
-  ds = sources.load_tfds(name, split, data_dir or None)
-  missing = [k for k in keys if k not in ds.element_spec]
-  if missing:
-    raise PredictError(f"TFDS {name} has no feature {missing[0]!r}; features "
-                       f"are {sorted(ds.element_spec)} (set --text_key)")
+  ds = sources.load_tfds(name, split, data_dir or None, keys)
   for example in ds.as_numpy_iterator():
     texts = tuple(example[k].decode("utf-8", errors="replace") for k in keys)
     yield texts if len(texts) > 1 else texts[0]

@@ -129,12 +129,12 @@ def tfds_splits(name, data_dir):
   return splits
 
 
-def load_tfds(name, split, data_dir):
-  """`tfds.load` of one split in its stored order, or a DataError saying
-  what to do."""
+def load_tfds(name, split, data_dir, features=(), hint="--text_key"):
+  """`tfds.load` of one split in its stored order, holding `features`, or a
+  DataError saying what to do (`hint`: the flags that name features)."""
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
   try:
-    return tfds.load(
+    ds = tfds.load(
         name,
         split=split,
         data_dir=data_dir,
@@ -146,6 +146,11 @@ def load_tfds(name, split, data_dir):
         f"(data_dir={data_dir}): {errors.first_line(e)}. Prepare it with "
         "`tfds build` where there is network, then point --data_dir at it "
         "(gs:// works).") from None
+  missing = [k for k in features if k not in ds.element_spec]
+  if missing:
+    raise DataError(f"TFDS dataset {name} has no feature {missing[0]!r}; "
+                    f"features are {sorted(ds.element_spec)} (set {hint})")
+  return ds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,14 +175,10 @@ class TfdsSource:
   def chunks(self, stripes=1):
     """TFDS stores examples shuffled already, so `stripes` is not needed."""
     del stripes
-    ds = load_tfds(self.name, self.split, self.data_dir)
     text_keys = [k.strip() for k in self.text_key.split(",")]
-    label_key, spec = self.label_key, ds.element_spec
-    for key in text_keys + [label_key]:
-      if key not in spec:
-        raise DataError(f"TFDS dataset {self.name} has no feature {key!r}; "
-                        f"features are {sorted(spec)} (set --text_key / "
-                        "--label_key)")
+    label_key = self.label_key
+    ds = load_tfds(self.name, self.split, self.data_dir,
+                   text_keys + [label_key], "--text_key / --label_key")
     regression = self.regression
 
     def columns(i, ex):
