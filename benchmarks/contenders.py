@@ -55,9 +55,9 @@ def _minilm_vocab():
 
 def build_assets(workdir, size):
   """Writes `size`'s encoder + preprocessor; returns their paths and config."""
-  from trainer import bert  # pylint: disable=g-import-not-at-top
-  from trainer import demo  # pylint: disable=g-import-not-at-top
-  from trainer import preprocessing  # pylint: disable=g-import-not-at-top
+  from trainer.model import bert  # pylint: disable=g-import-not-at-top
+  from trainer.model import demo  # pylint: disable=g-import-not-at-top
+  from trainer.data import preprocessing  # pylint: disable=g-import-not-at-top
   demo_paths = demo.ensure_assets()
   if size == "demo":
     vocab = os.path.join(demo_paths["preprocessor"], "assets", "vocab.txt")
@@ -96,9 +96,9 @@ def text_file(workdir, rows=20_000):
 
 def read_texts(csv_path, limit):
   """(texts, labels 0/1) of the first `limit` usable rows of a file."""
-  from trainer import config  # pylint: disable=g-import-not-at-top
-  from trainer import input_pipeline  # pylint: disable=g-import-not-at-top
-  from trainer import sources  # pylint: disable=g-import-not-at-top
+  from trainer.base import config  # pylint: disable=g-import-not-at-top
+  from trainer.data import input_pipeline  # pylint: disable=g-import-not-at-top
+  from trainer.data import sources  # pylint: disable=g-import-not-at-top
   split = input_pipeline.Split(
       "train", sources.FileSource(csv_path, config.SENTIMENT140_LABEL_MAP))
   texts, labels = [], []
@@ -123,10 +123,10 @@ class TrainerContender(_Contender):
 
   def __init__(self, args, paths, steps_per_loop, jit_compile):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    from trainer import config as config_lib  # noqa: E501  pylint: disable=g-import-not-at-top
-    from trainer import checks  # pylint: disable=g-import-not-at-top
-    from trainer import host  # pylint: disable=g-import-not-at-top
-    from trainer import train_lib  # pylint: disable=g-import-not-at-top
+    from trainer.base import config as config_lib  # noqa: E501  pylint: disable=g-import-not-at-top
+    from trainer.base import checks  # pylint: disable=g-import-not-at-top
+    from trainer.base import host  # pylint: disable=g-import-not-at-top
+    from trainer.loop import train_lib  # pylint: disable=g-import-not-at-top
     self.tf, self.keep_malloc_fast = tf, host.keep_malloc_fast
     c = config_lib.Config(
         model_dir=tempfile.mkdtemp(),

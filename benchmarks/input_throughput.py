@@ -27,7 +27,7 @@ def generated_csv(path, rows=20_000):
   (kept when it exists: a 1.6M-row file takes a while)."""
   import random  # pylint: disable=g-import-not-at-top
   sys.path.insert(0, ROOT)
-  from trainer import demo  # pylint: disable=g-import-not-at-top
+  from trainer.model import demo  # pylint: disable=g-import-not-at-top
   if os.path.exists(path):
     return path
   rng = random.Random(0)
@@ -68,12 +68,12 @@ def pinned_rates(csv_path, preprocessor_handle, seq_length, batch_size,
 def measure(csv_path, preprocessor_handle, seq_length, batch_size, batches):
   sys.path.insert(0, ROOT)
   # Imported here so the parent process (which only spawns) stays light.
-  from trainer import config  # pylint: disable=g-import-not-at-top
-  from trainer import demo  # pylint: disable=g-import-not-at-top
-  from trainer import input_pipeline  # pylint: disable=g-import-not-at-top
-  from trainer import model  # pylint: disable=g-import-not-at-top
-  from trainer import preprocessing  # pylint: disable=g-import-not-at-top
-  from trainer import sources  # pylint: disable=g-import-not-at-top
+  from trainer.base import config  # pylint: disable=g-import-not-at-top
+  from trainer.model import demo  # pylint: disable=g-import-not-at-top
+  from trainer.data import input_pipeline  # pylint: disable=g-import-not-at-top
+  from trainer.model import classifier as model  # pylint: disable=g-import-not-at-top
+  from trainer.data import preprocessing  # pylint: disable=g-import-not-at-top
+  from trainer.data import sources  # pylint: disable=g-import-not-at-top
   if preprocessor_handle == "demo":
     preprocessor_handle = demo.ensure_assets()["preprocessor"]
   preprocessor = model.load_handle(preprocessor_handle, "preprocessor_handle")

@@ -26,8 +26,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from trainer import cli  # noqa: E402
-from trainer import input_pipeline  # noqa: E402
-from trainer import metrics  # noqa: E402
+from trainer.data import input_pipeline  # noqa: E402
+from trainer.base import metrics  # noqa: E402
 
 cli.define_config_flags()  # the trainer's flags: the same data, the same split
 flags.DEFINE_float(

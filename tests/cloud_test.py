@@ -15,14 +15,14 @@ import tensorflow as tf
 from conftest import run_process
 from conftest import without_project
 
-from trainer import bert
+from trainer.model import bert
 from trainer import cli
-from trainer import config as config_lib
-from trainer import demo
-from trainer import distribute
+from trainer.base import config as config_lib
+from trainer.model import demo
+from trainer.base import distribute
 from trainer import doctor
-from trainer import preprocessing
-from trainer import train_lib
+from trainer.data import preprocessing
+from trainer.loop import train_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -9,11 +9,11 @@ from absl import flags
 import pytest
 
 from conftest import ROOT
-from trainer import checks
+from trainer.base import checks
 from trainer import cli
-from trainer import config as config_lib
-from trainer import errors
-from trainer import plan as plan_lib
+from trainer.base import config as config_lib
+from trainer.base import errors
+from trainer.loop import plan as plan_lib
 
 # Every flag of the trainer before the redesign, with its default.
 FLAGS_BEFORE = dict(

@@ -27,9 +27,9 @@ SHARED_CSV = os.path.join(
 
 import subprocess  # noqa: E402
 
-from trainer import bert  # noqa: E402
-from trainer import demo  # noqa: E402
-from trainer import host  # noqa: E402
+from trainer.model import bert  # noqa: E402
+from trainer.model import demo  # noqa: E402
+from trainer.base import host  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):

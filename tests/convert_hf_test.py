@@ -17,7 +17,7 @@ import tensorflow_hub as hub
 
 from conftest import run_module
 from trainer import convert_hf
-from trainer import preprocessing
+from trainer.data import preprocessing
 
 torch = pytest.importorskip(
     "torch",
@@ -147,7 +147,7 @@ def test_encoder_matches_transformers(hf_checkpoint, converted):
 
 def test_trainer_loads_the_conversion(converted):
   """The handles load as the trainer loads them, with the right sizes."""
-  from trainer import model as model_lib  # pylint: disable=g-import-not-at-top
+  from trainer.model import classifier as model_lib  # pylint: disable=g-import-not-at-top
   encoder = model_lib.load_handle(
       os.path.join(converted, "encoder"), "encoder_handle")
   preprocessor = model_lib.load_handle(

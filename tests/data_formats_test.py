@@ -17,11 +17,11 @@ from conftest import SHARED_CSV
 from conftest import run_module
 from data_test import INJECTED
 from data_test import make_fixture
-from trainer import checks
-from trainer import config as config_lib
-from trainer import errors
-from trainer import input_pipeline
-from trainer import sources
+from trainer.base import checks
+from trainer.base import config as config_lib
+from trainer.base import errors
+from trainer.data import input_pipeline
+from trainer.data import sources
 
 
 def _source(path, label_map=None):

@@ -17,11 +17,11 @@ import tensorflow_hub as hub
 from conftest import SHARED_CSV
 from conftest import run_process
 from conftest import with_project
-from trainer import config as config_lib
-from trainer import files
-from trainer import input_pipeline
-from trainer import preprocessing
-from trainer import sources
+from trainer.base import config as config_lib
+from trainer.data import files
+from trainer.data import input_pipeline
+from trainer.data import preprocessing
+from trainer.data import sources
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LONG = "word " * 20_000  # 100,000 characters

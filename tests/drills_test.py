@@ -17,10 +17,10 @@ import pytest
 import tensorflow as tf
 
 from conftest import ROOT
-from trainer import config as config_lib
-from trainer import distribute
-from trainer import errors
-from trainer import run_dir
+from trainer.base import config as config_lib
+from trainer.base import distribute
+from trainer.base import errors
+from trainer.base import run_dir
 
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import failure_drills  # noqa: E402  pylint: disable=g-import-not-at-top

@@ -9,15 +9,15 @@ import tensorflow as tf
 
 from conftest import run_module
 from conftest import run_outside_project
-from trainer import config as config_lib
+from trainer.base import config as config_lib
 from trainer import export
-from trainer import input_pipeline
-from trainer import metrics
-from trainer import model as model_lib
-from trainer import preprocessing
-from trainer import sources
-from trainer import train_lib
-from trainer import train_step
+from trainer.data import input_pipeline
+from trainer.base import metrics
+from trainer.model import classifier as model_lib
+from trainer.data import preprocessing
+from trainer.data import sources
+from trainer.loop import train_lib
+from trainer.loop import train_step
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEXTS = [

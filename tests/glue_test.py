@@ -22,17 +22,17 @@ from conftest import run_module
 from conftest import run_outside_project
 from conftest import run_process
 from conftest import with_project
-from trainer import config as config_lib
-from trainer import errors
+from trainer.base import config as config_lib
+from trainer.base import errors
 from trainer import evaluate
 from trainer import export
-from trainer import input_pipeline
-from trainer import metrics
-from trainer import model as model_lib
+from trainer.data import input_pipeline
+from trainer.base import metrics
+from trainer.model import classifier as model_lib
 from trainer import predict
-from trainer import preprocessing
-from trainer import sources
-from trainer import train_step
+from trainer.data import preprocessing
+from trainer.data import sources
+from trainer.loop import train_step
 
 GLUE = os.path.join(os.path.dirname(ROOT), "shared", "data", "glue")
 LONG_A = "the quick brown fox jumps over the lazy dog " * 6

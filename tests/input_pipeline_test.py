@@ -8,11 +8,11 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 import tensorflow_hub as hub
 
-from trainer import config as config_lib
-from trainer import demo
-from trainer import input_pipeline
-from trainer import preprocessing
-from trainer import sources
+from trainer.base import config as config_lib
+from trainer.model import demo
+from trainer.data import input_pipeline
+from trainer.data import preprocessing
+from trainer.data import sources
 
 AWKWARD = [
     "The movie was GREAT!", "&quot;great&quot; &amp; fun", "zzz",

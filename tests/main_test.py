@@ -7,10 +7,10 @@ import pytest
 import tensorflow as tf
 
 from conftest import run_module
-from trainer import checks
-from trainer import config as config_lib
-from trainer import distribute
-from trainer import train_lib
+from trainer.base import checks
+from trainer.base import config as config_lib
+from trainer.base import distribute
+from trainer.loop import train_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

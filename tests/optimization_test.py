@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from trainer import bert
-from trainer import demo
-from trainer import errors
-from trainer import layer_decay
-from trainer import optimization
+from trainer.model import bert
+from trainer.model import demo
+from trainer.base import errors
+from trainer.model import layer_decay
+from trainer.model import optimization
 
 
 def test_schedule_table():

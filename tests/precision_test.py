@@ -16,16 +16,16 @@ import tensorflow_hub as hub
 from conftest import last_json
 from conftest import run_process
 from conftest import with_project
-from trainer import bert
-from trainer import config as config_lib
-from trainer import errors
-from trainer import host
-from trainer import model as model_lib
-from trainer import precision as precision_lib
-from trainer import optimization
-from trainer import preprocessing
-from trainer import train_lib
-from trainer import train_step
+from trainer.model import bert
+from trainer.base import config as config_lib
+from trainer.base import errors
+from trainer.base import host
+from trainer.model import classifier as model_lib
+from trainer.model import precision as precision_lib
+from trainer.model import optimization
+from trainer.data import preprocessing
+from trainer.loop import train_lib
+from trainer.loop import train_step
 
 BATCH, SEQ = 8, 16
 TEXTS = [
@@ -314,7 +314,7 @@ def test_foreign_encoder_errors_where_no_rewrite_can_apply(no_dropout_encoder):
 _PROBE = r"""
 import json
 import tensorflow as tf
-from trainer import config as config_lib, distribute, train_lib
+from trainer.base import config as config_lib, distribute, train_lib
 class Foreign(tf.Module):
   pass
 c = config_lib.Config(precision="bfloat16", jit_compile=False)

@@ -15,11 +15,11 @@ import pytest
 import tensorflow as tf
 
 from conftest import run_process
-from trainer import actions
-from trainer import checkpoints
-from trainer import config as config_lib
-from trainer import errors
-from trainer import train_lib
+from trainer.loop import actions
+from trainer.model import checkpoints
+from trainer.base import config as config_lib
+from trainer.base import errors
+from trainer.loop import train_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import ROOT
 from trainer import doctor
-from trainer import stack
+from trainer.base import stack
 
 TF221 = {
     "tensorflow": "2.21.0",
@@ -99,7 +99,7 @@ def test_this_environment_is_a_supported_stack():
   (install/existing_tf.sh runs it so, before the package is installed)."""
   found = stack.installed()
   assert stack.problems(found) == [], stack.describe(found)
-  script = os.path.join(ROOT, "trainer", "stack.py")
+  script = os.path.join(ROOT, "trainer", "base", "stack.py")
   out = subprocess.run([sys.executable, script, "check"],
                        capture_output=True,
                        text=True,

@@ -3,6 +3,7 @@ demo, the checkpoint layout and restore order, the between-loop actions,
 the run folder's JSON, and the Python API in a plain interpreter."""
 
 import dataclasses
+import glob
 import json
 import os
 import re
@@ -16,14 +17,14 @@ import tensorflow as tf
 from conftest import ROOT
 from conftest import run_module
 from conftest import run_process
-from trainer import checks
-from trainer import actions
-from trainer import checkpoints
-from trainer import config as config_lib
-from trainer import errors
-from trainer import model as model_lib
-from trainer import run_dir
-from trainer import train_lib
+from trainer.base import checks
+from trainer.loop import actions
+from trainer.model import checkpoints
+from trainer.base import config as config_lib
+from trainer.base import errors
+from trainer.model import classifier as model_lib
+from trainer.base import run_dir
+from trainer.loop import train_lib
 
 
 def _config(tmp_path, demo_paths, **kwargs):
@@ -267,7 +268,11 @@ def test_python_api_runs_the_demo_as_the_command_does(tmp_path, demo_paths):
   printed = cli.stderr.splitlines()
   modules = {m.group(1) for m in map(ours.fullmatch, printed) if m}
   assert printed and all(ours.fullmatch(line) for line in printed), printed
-  assert modules <= {n[:-3] for n in os.listdir(os.path.join(ROOT, "trainer"))}
+  assert modules <= {
+      os.path.basename(n)[:-3]
+      for n in glob.glob(os.path.join(ROOT, "trainer", "**", "*.py"),
+                         recursive=True)
+  }
   logged = open(os.path.join(cli_dir, "train.log")).read().splitlines()
   assert logged == printed[printed.index(logged[0]):]
   assert [line for line in logged if "step 12/12 loss" in line]

@@ -5,11 +5,11 @@ import pytest
 import tensorflow as tf
 import tensorflow_hub as hub
 
-from trainer import bert
-from trainer import model as model_lib
-from trainer import optimization
-from trainer import preprocessing
-from trainer import train_step
+from trainer.model import bert
+from trainer.model import classifier as model_lib
+from trainer.model import optimization
+from trainer.data import preprocessing
+from trainer.loop import train_step
 
 SEQ, BATCH = 16, 8
 TEXTS = [

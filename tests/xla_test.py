@@ -19,9 +19,9 @@ import tensorflow_hub as hub
 
 from conftest import ROOT
 from conftest import run_process
-from trainer import bert
-from trainer import config as config_lib
-from trainer import train_lib
+from trainer.model import bert
+from trainer.base import config as config_lib
+from trainer.loop import train_lib
 
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import profile_ops  # noqa: E402  pylint: disable=g-import-not-at-top

@@ -11,7 +11,7 @@ fields as flags and returns the dict it writes to summary.json.
 
 import sys
 
-from trainer import logs as _logs
+from trainer.base import logs as _logs
 
 # `python -m trainer.X`: while Python imports this package to find X, its
 # argv[0] is "-m" (documented). Only then, before anything imports
@@ -25,10 +25,10 @@ def __getattr__(name):
   # Loaded on first use, so `python -m trainer.main --help` and the
   # command-line tools do not import TensorFlow before they need it.
   if name == "Config":
-    from trainer import config  # pylint: disable=g-import-not-at-top
+    from trainer.base import config  # pylint: disable=g-import-not-at-top
     return config.Config
   if name == "fit":
-    from trainer import train_lib  # pylint: disable=g-import-not-at-top
+    from trainer.loop import train_lib  # pylint: disable=g-import-not-at-top
     return train_lib.fit
   raise AttributeError(f"module 'trainer' has no attribute {name!r}")
 

@@ -17,10 +17,10 @@ import sys
 from absl import app
 from absl import flags
 
-from trainer import config as config_lib
-from trainer import errors
-from trainer import logs
-from trainer import stack
+from trainer.base import config as config_lib
+from trainer.base import errors
+from trainer.base import logs
+from trainer.base import stack
 
 FLAGS = flags.FLAGS
 SKIP_STACK_CHECK = "BERT_TRAINER_SKIP_STACK_CHECK"

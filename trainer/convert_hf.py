@@ -25,10 +25,10 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from trainer import bert
+from trainer.model import bert
 from trainer import cli
-from trainer import errors
-from trainer import preprocessing
+from trainer.base import errors
+from trainer.data import preprocessing
 
 ConversionError = errors.ConversionError
 

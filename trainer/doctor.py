@@ -20,16 +20,16 @@ import uuid
 from absl import flags
 import tensorflow as tf
 
-from trainer import checks as config_checks
+from trainer.base import checks as config_checks
 from trainer import cli
-from trainer import distribute
-from trainer import errors
-from trainer import input_pipeline
-from trainer import launch
-from trainer import model as model_lib
-from trainer import optimization
-from trainer import stack
-from trainer import train_step
+from trainer.base import distribute
+from trainer.base import errors
+from trainer.data import input_pipeline
+from trainer.loop import launch
+from trainer.model import classifier as model_lib
+from trainer.model import optimization
+from trainer.base import stack
+from trainer.loop import train_step
 
 FLAGS = flags.FLAGS
 

@@ -31,15 +31,15 @@ from absl import flags
 import numpy as np
 import tensorflow as tf
 
-from trainer import checks
+from trainer.base import checks
 from trainer import cli
-from trainer import config as config_lib
-from trainer import errors
+from trainer.base import config as config_lib
+from trainer.base import errors
 from trainer import export
-from trainer import input_pipeline
-from trainer import metrics as metrics_lib
-from trainer import run_dir
-from trainer import summaries
+from trainer.data import input_pipeline
+from trainer.base import metrics as metrics_lib
+from trainer.base import run_dir
+from trainer.base import summaries
 
 FLAGS = flags.FLAGS
 

@@ -27,13 +27,13 @@ from absl import flags
 from absl import logging
 import tensorflow as tf
 
-from trainer import checkpoints
+from trainer.model import checkpoints
 from trainer import cli
-from trainer import config as config_lib
-from trainer import errors
-from trainer import model as model_lib
-from trainer import preprocessing
-from trainer import run_dir
+from trainer.base import config as config_lib
+from trainer.base import errors
+from trainer.model import classifier as model_lib
+from trainer.data import preprocessing
+from trainer.base import run_dir
 
 ExportError = errors.ExportError
 

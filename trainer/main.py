@@ -13,7 +13,7 @@ from trainer import cli
 def main(argv):
   del argv
   # Imported after flag parsing, so --help does not load TensorFlow.
-  from trainer import train_lib  # pylint: disable=g-import-not-at-top
+  from trainer.loop import train_lib  # pylint: disable=g-import-not-at-top
   train_lib.run(cli.config_from_flags())
 
 

@@ -33,12 +33,12 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the preprocessor's ops)
 
 from trainer import cli
-from trainer import errors
+from trainer.base import errors
 from trainer import export
-from trainer import files
-from trainer import run_dir
-from trainer import sources
-from trainer import tasks
+from trainer.data import files
+from trainer.base import run_dir
+from trainer.data import sources
+from trainer.base import tasks
 
 # Bad input flags or files: one line, exit code 2 (trainer.cli).
 PredictError = errors.ConfigError

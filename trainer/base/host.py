@@ -4,7 +4,7 @@ import ctypes
 
 import tensorflow as tf
 
-from trainer import errors
+from trainer.base import errors
 
 # glibc's mallopt parameter: allocations above it get their own mmap.
 _M_MMAP_THRESHOLD = -3

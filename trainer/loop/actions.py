@@ -18,9 +18,9 @@ import tensorflow as tf
 import tqdm
 import tqdm.contrib
 
-from trainer import errors
-from trainer import run_dir
-from trainer import summaries
+from trainer.base import errors
+from trainer.base import run_dir
+from trainer.base import summaries
 
 
 class StopSignals:

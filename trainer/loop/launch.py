@@ -14,23 +14,23 @@ import dataclasses
 from absl import logging
 import tensorflow as tf
 
-from trainer import checks
-from trainer import actions
-from trainer import checkpoints
-from trainer import config as config_lib
-from trainer import distribute
-from trainer import errors
-from trainer import host
-from trainer import input_pipeline
-from trainer import logs
-from trainer import model as model_lib
-from trainer import optimization
-from trainer import plan as plan_lib
-from trainer import precision as precision_lib
-from trainer import preprocessing
-from trainer import run_dir
-from trainer import train_state
-from trainer import train_step
+from trainer.base import checks
+from trainer.loop import actions
+from trainer.model import checkpoints
+from trainer.base import config as config_lib
+from trainer.base import distribute
+from trainer.base import errors
+from trainer.base import host
+from trainer.data import input_pipeline
+from trainer.base import logs
+from trainer.model import classifier as model_lib
+from trainer.model import optimization
+from trainer.loop import plan as plan_lib
+from trainer.model import precision as precision_lib
+from trainer.data import preprocessing
+from trainer.base import run_dir
+from trainer.model import train_state
+from trainer.loop import train_step
 
 
 @dataclasses.dataclass

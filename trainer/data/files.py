@@ -25,8 +25,8 @@ import zipfile
 
 import tensorflow as tf
 
-from trainer import config
-from trainer import errors
+from trainer.base import config
+from trainer.base import errors
 
 FORMATS = config.FILE_FORMATS
 SENTIMENT140_HEADER = ["target", "ids", "date", "flag", "user", "text"]

@@ -16,8 +16,8 @@ import time
 from absl import logging
 import tensorflow as tf
 
-from trainer import config
-from trainer import errors
+from trainer.base import config
+from trainer.base import errors
 
 StrategyError = errors.StrategyError
 

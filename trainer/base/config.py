@@ -15,8 +15,8 @@ import re
 
 from absl import logging
 
-from trainer import errors
-from trainer import tasks
+from trainer.base import errors
+from trainer.base import tasks
 
 DEMO = "demo"
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker_mirrored")

@@ -27,8 +27,8 @@ or raises `ConfigError` where no route does what was asked:
 
 import dataclasses
 
-from trainer import errors
-from trainer import host
+from trainer.base import errors
+from trainer.base import host
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,8 +10,8 @@ import math
 import os
 import re
 
-from trainer import config as config_lib
-from trainer import errors
+from trainer.base import config as config_lib
+from trainer.base import errors
 
 FIELDS = config_lib.FIELDS
 

@@ -14,8 +14,8 @@ import random
 
 import tensorflow as tf
 
-from trainer import bert
-from trainer import preprocessing
+from trainer.model import bert
+from trainer.data import preprocessing
 
 VERSION = 5  # 5: the preprocessor packs sentence pairs
 

@@ -16,16 +16,16 @@ import time
 from absl import logging
 import tensorflow as tf
 
-from trainer import checks
-from trainer import actions
-from trainer import config as config_lib
-from trainer import errors
+from trainer.base import checks
+from trainer.loop import actions
+from trainer.base import config as config_lib
+from trainer.base import errors
 from trainer import export as export_lib
-from trainer import faults
-from trainer import host
-from trainer import input_pipeline
-from trainer import launch
-from trainer import run_dir
+from trainer.loop import faults
+from trainer.base import host
+from trainer.data import input_pipeline
+from trainer.loop import launch
+from trainer.base import run_dir
 
 # The Run and its set-up (trainer.launch), under the loop's name too.
 Run = launch.Run

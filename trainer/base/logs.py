@@ -39,7 +39,7 @@ UPLOAD_SECONDS = 60  # a remote train.log is uploaded at most this often
 # Records name the file of their logging call as Python imported it, which
 # is relative when the package came from a relative sys.path entry (and a
 # test may change directory since): compare with both spellings.
-_PROJECT = os.path.dirname(os.path.dirname(__file__))
+_PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 _OURS = tuple({
     os.path.join(base, d) + os.sep
     for base in (_PROJECT, os.path.abspath(_PROJECT))

@@ -9,8 +9,8 @@ profile edge), and which loop ends with an eval or a checkpoint.
 import dataclasses
 import math
 
-from trainer import checks
-from trainer import errors
+from trainer.base import checks
+from trainer.base import errors
 
 
 @dataclasses.dataclass(frozen=True)

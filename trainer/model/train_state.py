@@ -10,11 +10,11 @@ checkpoint continues exactly as an uninterrupted one.
 from absl import logging
 import tensorflow as tf
 
-from trainer import checkpoints
-from trainer import errors
-from trainer import layer_decay as layer_decay_lib
-from trainer import model as model_lib
-from trainer import optimization
+from trainer.model import checkpoints
+from trainer.base import errors
+from trainer.model import layer_decay as layer_decay_lib
+from trainer.model import classifier as model_lib
+from trainer.model import optimization
 
 
 class TrainState:

@@ -13,12 +13,12 @@ import dataclasses
 from absl import logging
 import tensorflow as tf
 
-from trainer import demo
-from trainer import errors
-from trainer import files
-from trainer import run_dir
-from trainer import sources
-from trainer import tasks
+from trainer.model import demo
+from trainer.base import errors
+from trainer.data import files
+from trainer.base import run_dir
+from trainer.data import sources
+from trainer.base import tasks
 
 _HEAD_ROWS = 2000
 

@@ -21,11 +21,11 @@ with warnings.catch_warnings():
       "ignore", message="pkg_resources is deprecated", category=UserWarning)
   import tensorflow_hub as hub
 
-from trainer import bert
-from trainer import config as config_lib
-from trainer import demo
-from trainer import errors
-from trainer import preprocessing
+from trainer.model import bert
+from trainer.base import config as config_lib
+from trainer.model import demo
+from trainer.base import errors
+from trainer.data import preprocessing
 
 HandleError = errors.HandleError
 

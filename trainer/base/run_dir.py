@@ -22,7 +22,7 @@ import uuid
 from absl import logging
 import tensorflow as tf
 
-from trainer import errors
+from trainer.base import errors
 
 
 @dataclasses.dataclass(frozen=True)
