@@ -87,20 +87,29 @@ def build_assets(workdir, size):
 
 
 def text_file(workdir, rows=20_000):
-  """The shared real tweets, or generated ones in the same layout."""
-  if os.path.exists(SHARED):
+  """The shared real tweets (their first `rows`), or generated ones in the
+  same layout."""
+  if not os.path.exists(SHARED):
+    return input_throughput.generated_csv(
+        os.path.join(workdir, "generated.csv"), rows)
+  if rows >= 20_000:
     return SHARED
-  return input_throughput.generated_csv(
-      os.path.join(workdir, "generated.csv"), rows)
+  head = os.path.join(workdir, f"sentiment140_head{rows}.csv")
+  with open(
+      SHARED, encoding="utf-8") as f, open(
+          head, "w", encoding="utf-8") as out:
+    out.writelines(line for _, line in zip(range(rows + 1), f))
+  return head
 
 
 def read_texts(csv_path, limit):
   """(texts, labels 0/1) of the first `limit` usable rows of a file."""
-  from trainer.base import config  # pylint: disable=g-import-not-at-top
+  from trainer.base import tasks  # pylint: disable=g-import-not-at-top
   from trainer.data import input_pipeline  # pylint: disable=g-import-not-at-top
   from trainer.data import sources  # pylint: disable=g-import-not-at-top
-  split = input_pipeline.Split(
-      "train", sources.FileSource(csv_path, config.SENTIMENT140_LABEL_MAP))
+  from trainer.data import splits  # pylint: disable=g-import-not-at-top
+  split = splits.Split(
+      "train", sources.FileSource(csv_path, tasks.SENTIMENT140_LABEL_MAP))
   texts, labels = [], []
   for text, label in input_pipeline.usable_rows(split).take(limit):
     texts.append(text.numpy().decode("utf-8"))
@@ -119,15 +128,12 @@ class _Contender:
 
 class TrainerContender(_Contender):
   """The trainer as `python -m trainer.main` sets it up (`train_lib.setup`),
-  timed over whole `train_loop` calls."""
+  timed over whole loops of its trainer object (`Trainer.train`)."""
 
   def __init__(self, args, paths, steps_per_loop, jit_compile):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
     from trainer.base import config as config_lib  # noqa: E501  pylint: disable=g-import-not-at-top
     from trainer.base import checks  # pylint: disable=g-import-not-at-top
-    from trainer.base import host  # pylint: disable=g-import-not-at-top
     from trainer.loop import train_lib  # pylint: disable=g-import-not-at-top
-    self.tf, self.keep_malloc_fast = tf, host.keep_malloc_fast
     c = config_lib.Config(
         model_dir=tempfile.mkdtemp(),
         encoder_handle=paths["encoder"],
@@ -143,20 +149,18 @@ class TrainerContender(_Contender):
         checkpoint_every=0,
         shuffle_buffer=10_000,
         export=False)
-    self.run_ = train_lib.setup(checks.validate(c))
-    print(self.run_.route.note, file=sys.stderr)
-    self.iterator = self.run_.train_data(0)
+    self.job = train_lib.setup(checks.validate(c))
+    print(self.job.route.note, file=sys.stderr)
     self.steps_per_call = steps_per_loop
 
   def run(self, steps):
+    """The same loops `python -m trainer.main` runs: `Trainer.train`, which
+    waits for the device at its end (it reads the loss back)."""
     calls = max(1, steps // self.steps_per_call)
-    n = self.tf.constant(self.steps_per_call)
-    self.keep_malloc_fast()  # as train_lib.train does before each loop
-    start = time.perf_counter()
+    seconds = 0.0
     for _ in range(calls):
-      loss, _ = self.run_.train_loop(self.iterator, n)
-    float(loss)  # waits for the device
-    return time.perf_counter() - start, calls * self.steps_per_call
+      seconds += self.job.trainer.train(self.steps_per_call).seconds
+    return seconds, calls * self.steps_per_call
 
 
 def _timer_callback(base):

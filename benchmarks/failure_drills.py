@@ -239,7 +239,9 @@ def _main_with_file(name, data, *args):
 
 
 def _export_dir(w):
-  return os.path.join(w.path("run"), "export", "10")
+  """The base run's export (its only one)."""
+  folder = os.path.join(w.path("run"), "export")
+  return os.path.join(folder, sorted(os.listdir(folder))[-1])
 
 
 DRILLS = [
@@ -437,12 +439,17 @@ def base_run(root, cache=None):
   return model_dir
 
 
-def run_drills(names=None, root=None, demo_cache=None):
+def run_drills(names=None, root=None, demo_cache=None, base=None):
   """Runs the drills named (all by default); returns their Results.
-  `demo_cache`: a demo cache folder already built (else one is built)."""
+  `demo_cache`: a demo cache folder already built (else one is built);
+  `base`: a finished, exported demo run of it to aim at (else one is
+  trained)."""
   root = root or tempfile.mkdtemp(prefix="drills_")
   selected = [d for d in DRILLS if not names or d.name in names]
-  base = base_run(root, demo_cache)
+  if base:
+    os.symlink(demo_cache, os.path.join(root, "demo"))
+  else:
+    base = base_run(root, demo_cache)
   results = []
   for i, drill in enumerate(selected):
     work = Work(os.path.join(root, f"drill-{i}"), base)

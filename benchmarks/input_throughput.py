@@ -68,18 +68,19 @@ def pinned_rates(csv_path, preprocessor_handle, seq_length, batch_size,
 def measure(csv_path, preprocessor_handle, seq_length, batch_size, batches):
   sys.path.insert(0, ROOT)
   # Imported here so the parent process (which only spawns) stays light.
-  from trainer.base import config  # pylint: disable=g-import-not-at-top
+  from trainer.base import tasks  # pylint: disable=g-import-not-at-top
   from trainer.model import demo  # pylint: disable=g-import-not-at-top
   from trainer.data import input_pipeline  # pylint: disable=g-import-not-at-top
-  from trainer.model import classifier as model  # pylint: disable=g-import-not-at-top
+  from trainer.model import classifier as model  # noqa: E501  pylint: disable=g-import-not-at-top
   from trainer.data import preprocessing  # pylint: disable=g-import-not-at-top
   from trainer.data import sources  # pylint: disable=g-import-not-at-top
+  from trainer.data import splits  # pylint: disable=g-import-not-at-top
   if preprocessor_handle == "demo":
     preprocessor_handle = demo.ensure_assets()["preprocessor"]
   preprocessor = model.load_handle(preprocessor_handle, "preprocessor_handle")
   packer = preprocessing.make_packer(preprocessor, seq_length)
-  split = input_pipeline.Split(
-      "train", sources.FileSource(csv_path, config.SENTIMENT140_LABEL_MAP))
+  split = splits.Split(
+      "train", sources.FileSource(csv_path, tasks.SENTIMENT140_LABEL_MAP))
   ds = input_pipeline.train_dataset(
       split,
       packer,

@@ -125,12 +125,12 @@ def summarize(path):
       by_phase=dict(by_phase))
 
 
-def main():
+def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--logdir", required=True)
   parser.add_argument("--top", type=int, default=15)
   parser.add_argument("--output", default="")
-  args = parser.parse_args()
+  args = parser.parse_args(argv)
   try:
     result = summarize(newest_trace(args.logdir))
   except (FileNotFoundError, OSError) as e:

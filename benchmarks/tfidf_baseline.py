@@ -6,7 +6,7 @@ r"""A floor for any fine-tuned encoder: TF-IDF + a linear model.
         --flagfile=flags/glue_mrpc_minilm_cpu.flags
 
 Takes the trainer's data flags and reads the splits through the trainer's
-own data path (`input_pipeline.make_splits`), so the seeded train/validation
+own data path (`splits.make_splits`), so the seeded train/validation
 carve (or --eval_file) is the very one the fine-tuning run used. One text:
 word 1-2 and char_wb 2-5 grams. A sentence pair: each side's features, their
 elementwise product and their cosine (what the two share). Logistic
@@ -25,9 +25,12 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from trainer import cli  # noqa: E402
-from trainer.data import input_pipeline  # noqa: E402
 from trainer.base import metrics  # noqa: E402
+from trainer.base import tasks  # noqa: E402
+from trainer.commands import cli  # noqa: E402
+from trainer.data import input_pipeline  # noqa: E402
+from trainer.data import splits as splits_lib  # noqa: E402
+from trainer.loop import launch  # noqa: E402
 
 cli.define_config_flags()  # the trainer's flags: the same data, the same split
 flags.DEFINE_float(
@@ -88,21 +91,21 @@ def features(train, evaluate):
   return pair(train), pair(evaluate)
 
 
-def fit_and_score(c, x_train, train_labels, x_eval, eval_labels):
+def fit_and_score(task, x_train, train_labels, x_eval, eval_labels):
   """(what was fitted, {metric: value}) with the trainer's metrics."""
   from sklearn import linear_model  # pylint: disable=g-import-not-at-top
-  if c.regression:
+  if task.regression:
     model = linear_model.Ridge(alpha=1.0 / FLAGS.c)
     model.fit(x_train, train_labels)
     return (f"ridge regression (alpha={1.0 / FLAGS.c:g})",
             metrics.from_scores(
-                model.predict(x_eval), eval_labels, c.metrics()))
+                model.predict(x_eval), eval_labels, task.metrics))
   model = linear_model.LogisticRegression(C=FLAGS.c, max_iter=2000)
   model.fit(x_train, train_labels)
-  k = c.num_classes
+  k = task.num_classes
   confusion = np.zeros([k, k], np.int64)
   np.add.at(confusion, (eval_labels, model.predict(x_eval)), 1)
-  names = ("accuracy",) + tuple(m for m in c.metrics() if m != "accuracy")
+  names = ("accuracy",) + tuple(m for m in task.metrics if m != "accuracy")
   return (f"logistic regression (C={FLAGS.c:g})",
           metrics.from_confusion(confusion, names))
 
@@ -110,12 +113,13 @@ def fit_and_score(c, x_train, train_labels, x_eval, eval_labels):
 def main(argv):
   del argv
   c = cli.config_from_flags()
-  splits = input_pipeline.make_splits(c)
+  task = tasks.resolve(c)
+  splits = splits_lib.make_splits(task, launch.data_spec(c, task))
   train_texts, train_labels = texts_and_labels(splits["train"])
   eval_texts, eval_labels = texts_and_labels(splits["validation"])
   start = time.perf_counter()
   x_train, x_eval = features(train_texts, eval_texts)
-  kind, scores = fit_and_score(c, x_train, train_labels, x_eval, eval_labels)
+  kind, scores = fit_and_score(task, x_train, train_labels, x_eval, eval_labels)
   seconds = time.perf_counter() - start
   names = list(scores)
   print("| model | train rows | validation rows | features | " +

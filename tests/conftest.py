@@ -6,13 +6,18 @@ encoder and preprocessor in the TF Hub format, a dropout-free encoder) under
 temporary folders: nothing is downloaded.
 """
 
+import contextlib
+import dataclasses
 import fcntl
+import importlib
+import io
 import json
 import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from absl import logging as absl_logging  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
@@ -27,9 +32,15 @@ SHARED_CSV = os.path.join(
 
 import subprocess  # noqa: E402
 
+from trainer.base import checks  # noqa: E402
+from trainer.base import config as config_lib  # noqa: E402
+from trainer.base import host  # noqa: E402
+from trainer.base import tasks  # noqa: E402
+from trainer.commands import cli  # noqa: E402
+from trainer.data import splits as splits_lib  # noqa: E402
+from trainer.loop import launch  # noqa: E402
 from trainer.model import bert  # noqa: E402
 from trainer.model import demo  # noqa: E402
-from trainer.base import host  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
@@ -57,6 +68,85 @@ def demo_paths(tmp_path_factory):
   with open(root / ".lock", "w") as lock:
     fcntl.flock(lock, fcntl.LOCK_EX)
     return demo.ensure_assets(str(root))
+
+
+def _shared_folder(tmp_path_factory, name):
+  """A folder all pytest-xdist workers of this run share (one per run
+  without xdist), and its lock file."""
+  if "PYTEST_XDIST_WORKER" not in os.environ:
+    return tmp_path_factory.mktemp(name)
+  root = tmp_path_factory.getbasetemp().parent / name
+  root.mkdir(exist_ok=True)
+  return root
+
+
+def _once(tmp_path_factory, name, build):
+  """`build(folder)` run once per test run, whichever worker asks first; the
+  others wait for it and read what it left (`folder`/summary.json)."""
+  folder = _shared_folder(tmp_path_factory, name)
+  with open(folder / ".lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    done = folder / "DONE"
+    if not done.exists():
+      build(str(folder / "run"))
+      done.write_text("ok\n")
+  model_dir = str(folder / "run")
+  with open(os.path.join(model_dir, "summary.json")) as f:
+    summary = json.load(f)
+  return dict(
+      model_dir=model_dir,
+      summary=summary,
+      export_dir=summary.get("export_dir"))
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory, demo_paths):
+  """A demo run trained and exported once per test run (20 steps, loops and
+  checkpoints of 10): {model_dir, summary, export_dir}."""
+  from trainer.loop import train_lib  # pylint: disable=g-import-not-at-top
+
+  def build(model_dir):
+    train_lib.run(
+        config_lib.Config(
+            model_dir=model_dir,
+            demo_cache_dir=demo_paths["root"],
+            train_steps=20,
+            seq_length=32,
+            batch_size=16,
+            learning_rate=1e-3,
+            steps_per_loop=10,
+            checkpoint_every=10))
+
+  return _once(tmp_path_factory, "demo_run", build)
+
+
+@pytest.fixture(scope="session")
+def mrpc_run(tmp_path_factory, demo_paths):
+  """glue/mrpc on TFDS's mock (48 examples a split: the real builder, its
+  features and splits) trained for 4 steps and exported once per test run,
+  the demo encoder under it."""
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  from trainer.loop import train_lib  # pylint: disable=g-import-not-at-top
+
+  def build(model_dir):
+    with tfds.testing.mock_data(num_examples=48):
+      train_lib.run(
+          config_lib.complete(
+              config_lib.Config(
+                  tfds_name="glue/mrpc",
+                  model_dir=model_dir,
+                  demo_cache_dir=demo_paths["root"],
+                  train_steps=4,
+                  seq_length=32,
+                  batch_size=16,
+                  steps_per_loop=2,
+                  learning_rate=1e-3),
+              given={
+                  "tfds_name", "model_dir", "demo_cache_dir", "train_steps",
+                  "seq_length", "batch_size", "steps_per_loop", "learning_rate"
+              }))
+
+  return _once(tmp_path_factory, "mrpc_run", build)
 
 
 @pytest.fixture(scope="session")
@@ -123,3 +213,63 @@ def run_module(module, *args, timeout=300):
   return run_process([sys.executable, "-m", module, *args],
                      env=env,
                      timeout=timeout)
+
+
+def tiny_config(model_dir, demo_cache_dir, **overrides):
+  """The demo run the in-process tests train: 8 steps of batch 16 at seq 32,
+  loops of 4, an eval and a checkpoint every 4 steps, no export; validated
+  (fields in `overrides` replace these)."""
+  values = dict(
+      model_dir=str(model_dir),
+      demo_cache_dir=demo_cache_dir,
+      train_steps=8,
+      steps_per_loop=4,
+      eval_every=4,
+      checkpoint_every=4,
+      batch_size=16,
+      seq_length=32,
+      learning_rate=1e-3,
+      export=False)
+  values.update(overrides)
+  return checks.validate(config_lib.Config(**values))
+
+
+def make_splits(c):
+  """The splits a run of Config `c` reads (as `launch.setup` resolves
+  them: its Task, its data flags, the demo's files)."""
+  task = tasks.resolve(c)
+  return splits_lib.make_splits(task, launch.data_spec(c, task))
+
+
+@dataclasses.dataclass
+class Invoked:
+  returncode: int
+  stdout: str
+  stderr: str
+
+
+def invoke(name, *args):
+  """Runs a command in this process, as `python -m trainer.NAME ARGS` would
+  (`cli.invoke`: the same flags and error boundary); returns what it
+  printed and its exit code."""
+  module = importlib.import_module(f"trainer.commands.{name}")
+  out, err = io.StringIO(), io.StringIO()
+  with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    code = cli.invoke(module.COMMAND, [str(a) for a in args])
+  return Invoked(code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture
+def command():
+  """`invoke`, for a test."""
+  return invoke
+
+
+@pytest.fixture
+def info_logging():
+  """absl at INFO, as under the commands and `fit` (outside app.run its
+  default is WARNING)."""
+  verbosity = absl_logging.get_verbosity()
+  absl_logging.set_verbosity(absl_logging.INFO)
+  yield
+  absl_logging.set_verbosity(verbosity)

@@ -1,89 +1,25 @@
-"""Host preprocessing and the batch streams the replicas receive."""
-
-import csv
+"""The batch streams the replicas receive: int32 of static shape, an order
+that resumes exactly, every eval example once, mixed labels from a sorted
+file."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
-import tensorflow_datasets as tfds
 import tensorflow_hub as hub
 
-from trainer.base import config as config_lib
-from trainer.model import demo
+from files_test import _fields
+from files_test import _line
+from splits_test import _split
+from splits_test import _write_csv
 from trainer.data import input_pipeline
 from trainer.data import preprocessing
 from trainer.data import sources
-
-AWKWARD = [
-    "The movie was GREAT!", "&quot;great&quot; &amp; fun", "zzz",
-    "Café résumé 😀 @user http://t.co/x", "", "dinner " * 200
-]
+from trainer.data import splits as splits_lib
 
 
 @pytest.fixture(scope="module")
 def preprocessor(demo_paths):
   return hub.load(demo_paths["preprocessor"])
-
-
-def _ids(*tokens):
-  vocab = demo.vocabulary()
-  return [vocab.index(t) for t in tokens]
-
-
-@pytest.mark.core
-def test_exact_token_ids(preprocessor):
-  packer = preprocessing.make_packer(preprocessor, 12)
-  out = packer(tf.constant(AWKWARD[:3]))
-  cls, sep = _ids("[CLS]", "[SEP]")
-  want = [
-      [cls] + _ids("the", "movie", "was", "great", "!") + [sep],
-      [cls] + _ids('"', "great", '"', "&", "fun") + [sep],
-      [cls] + _ids("z", "##z", "##z") + [sep],
-  ]
-  want = [row + [0] * (12 - len(row)) for row in want]
-  np.testing.assert_array_equal(out["input_word_ids"].numpy(), want)
-  np.testing.assert_array_equal(out["input_mask"].numpy(),
-                                (np.array(want) > 0).astype(np.int32))
-  np.testing.assert_array_equal(out["input_type_ids"].numpy(), np.zeros([3,
-                                                                         12]))
-
-
-def test_long_text_is_truncated_with_sep_kept(preprocessor):
-  out = preprocessing.make_packer(preprocessor, 8)(tf.constant([AWKWARD[5]]))
-  dinner, = _ids("dinner")
-  cls, sep = _ids("[CLS]", "[SEP]")
-  assert out["input_word_ids"].numpy().tolist() == [[cls] + [dinner] * 6 +
-                                                    [sep]]
-
-
-@pytest.mark.core
-def test_same_ids_eager_and_in_tf_data_batched_and_unbatched(preprocessor):
-  packer = preprocessing.make_packer(preprocessor, 24)
-  eager = packer(tf.constant(AWKWARD))["input_word_ids"].numpy()
-  batched = tf.data.Dataset.from_tensor_slices(AWKWARD).batch(
-      len(AWKWARD)).map(packer)
-  in_data = next(iter(batched))["input_word_ids"].numpy()
-  one_by_one = np.concatenate([
-      b["input_word_ids"].numpy()
-      for b in tf.data.Dataset.from_tensor_slices(AWKWARD).batch(1).map(packer)
-  ])
-  np.testing.assert_array_equal(eager, in_data)
-  np.testing.assert_array_equal(eager, one_by_one)
-
-
-def _write_csv(path, rows):
-  with open(path, "w", newline="") as f:
-    w = csv.writer(f)
-    w.writerow(["text", "label"])
-    w.writerows(rows)
-
-
-def _split(path, label_map=None):
-  return input_pipeline.Split(
-      "train", sources.FileSource(str(path), label_map or {
-          0: 0,
-          1: 1
-      }, "csv"))
 
 
 @pytest.mark.core
@@ -140,73 +76,30 @@ def test_eval_counts_every_example_once(tmp_path, preprocessor):
   assert all(b["input_word_ids"].shape == (4, 8) for b in batches)
 
 
-def test_csv_rows_are_counted_by_reason(tmp_path):
-  _write_csv(tmp_path / "d.csv", [("good", 1), ("fine", 0), ("neutral", 2),
-                                  ("   ", 1), ("bad label", "x"),
-                                  ("ok again", 1)])
-  counts = input_pipeline.count(_split(tmp_path / "d.csv"))
-  assert counts == dict(
-      rows_read=6,
-      rows_used=3,
-      rejected=dict(label_not_in_map=1, empty_text=1, label_not_a_number=1))
+def _first_batches_label_mix(path, stripes, demo_paths):
+  preprocessor = hub.load(demo_paths["preprocessor"])
+  packer = preprocessing.make_packer(preprocessor, 8)
+  split = splits_lib.Split("train", sources.FileSource(str(path), {0: 0, 4: 1}))
+  ds = input_pipeline.train_dataset(
+      split,
+      packer,
+      32,
+      steps_per_epoch=100,
+      shuffle_buffer=64,
+      read_stripes=stripes)
+  return [float(np.mean(b["label"].numpy())) for b in ds.take(20)]
 
 
-def _mock_sentiment140(polarities):
-
-  def as_dataset(self, split, **kwargs):
-    del self, kwargs
-    n = len(polarities) if str(split).startswith("train") else 4
-    pol = polarities if n == len(polarities) else [0, 2, 4, 2]
-    return tf.data.Dataset.from_tensor_slices(
-        dict(
-            text=[f"tweet {i}" for i in range(n)],
-            polarity=pol,
-            date=["d"] * n,
-            query=["q"] * n,
-            user=["u"] * n))
-
-  return tfds.testing.mock_data(as_dataset_fn=as_dataset)
-
-
-def test_tfds_sentiment140_maps_0_4_and_excludes_neutral():
-  polarities = [0, 4, 2, 4, 0, 0, 2, 4] * 25
-  with _mock_sentiment140(polarities):
-    c = config_lib.Config(tfds_name="sentiment140", validation_fraction=0.2)
-    split = input_pipeline.make_splits(c)
-    counts = {k: input_pipeline.count(v) for k, v in split.items()}
-    labels = [
-        int(r["label"])
-        for r in split["train"].records()
-        if int(r["reason"]) == 0
-    ]
-  total = counts["train"]["rows_read"] + counts["validation"]["rows_read"]
-  assert total == 200
-  neutral = sum(counts[k]["rejected"].get("label_not_in_map", 0)
-                for k in ("train", "validation"))
-  assert neutral == 50
-  assert 20 <= counts["validation"]["rows_read"] <= 60  # ~20% of 200
-  assert set(labels) == {0, 1}
-  assert sorted(counts) == ["train", "validation"]
-
-
-def test_validation_carve_is_deterministic_and_disjoint(tmp_path):
-  _write_csv(tmp_path / "d.csv", [(f"row {i}", i % 2) for i in range(200)])
-  src = sources.FileSource(str(tmp_path / "d.csv"), {0: 0, 1: 1}, "csv")
-  parts = {
-      h: [
-          int(r["index"])
-          for r in input_pipeline.Split("s", src, h, 0.25, seed=3).records()
-      ] for h in (False, True)
-  }
-  again = [
-      int(r["index"])
-      for r in input_pipeline.Split("s", src, True, 0.25, seed=3).records()
+def test_label_sorted_file_gives_mixed_batches(tmp_path, demo_paths):
+  rows = [
+      _line("sentiment140", _fields("sentiment140", label, f"t {i}"))
+      for label in (0, 4)
+      for i in range(2000)
   ]
-  other_seed = [
-      int(r["index"])
-      for r in input_pipeline.Split("s", src, True, 0.25, seed=4).records()
-  ]
-  assert parts[True] == again
-  assert parts[True] != other_seed
-  assert sorted(parts[True] + parts[False]) == list(range(200))
-  assert 30 <= len(parts[True]) <= 70
+  path = tmp_path / "sorted.csv"
+  path.write_bytes("".join(rows).encode("latin-1"))
+  mixed = _first_batches_label_mix(path, 16, demo_paths)
+  assert all(0.2 <= m <= 0.8 for m in mixed), mixed
+  # Control: one reader and a small buffer see only the first label.
+  sorted_only = _first_batches_label_mix(path, 1, demo_paths)
+  assert all(m == 0.0 for m in sorted_only), sorted_only

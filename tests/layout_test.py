@@ -1,9 +1,16 @@
 """The house rules of trainer/, read from the source with `ast`.
 
-Each module owns one thing and imports only below itself: no import circle,
-no module over 450 lines, no function over 60, and no function-level import
-of a trainer module except the two that keep start-up light (main.py's, so
-`--help` does not load TensorFlow; the package's lazy API).
+The package is grouped by concept, each group standing only on the ones
+below it: base (errors, config, tasks, run folder, metrics, the strategy)
+< data (files, sources, splits, preprocessing, batches) < model (the
+encoder, the classifier, precision, AdamW, checkpoints, the training
+state) < serving (export, predict, evaluate) < loop (the trainer object,
+the controller, actions, set-up, the run) < commands (flags and each
+`python -m trainer.X`'s main) < the package's face (`trainer/__init__.py`,
+the Python API, and the `trainer/X.py` that keep `python -m trainer.X`).
+No import circle; only the commands read flags; every flag is defined in
+one place. Sizes are a ceiling far above the usual (the report of what to
+look at is `python benchmarks/house_report.py`).
 """
 
 import ast
@@ -14,6 +21,7 @@ import pytest
 from conftest import ROOT
 
 PACKAGE = os.path.join(ROOT, "trainer")
+LAYERS = ("base", "data", "model", "serving", "loop", "commands", "")
 
 
 def _modules():
@@ -27,25 +35,30 @@ def _modules():
 
 
 MODULES = _modules()
-# (module, imported module): deliberate, each with a comment saying why.
-DELIBERATE_LATE_IMPORTS = {("main", "loop.train_lib"),
-                           ("__init__", "base.config"),
-                           ("__init__", "loop.train_lib")}
+LIBRARY = [m for m in MODULES if m.split(".")[0] in LAYERS[:5]]
+
+
+def _layer(module):
+  return LAYERS.index(module.split(".")[0] if "." in module else "")
 
 
 def _path(module):
   return os.path.join(PACKAGE, *module.split(".")) + ".py"
 
 
-def _tree(module):
+def _source(module):
   with open(_path(module)) as f:
-    return ast.parse(f.read())
+    return f.read()
+
+
+def _tree(module):
+  return ast.parse(_source(module))
 
 
 def _trainer_imports(node):
   """Dotted names (below trainer.) of the trainer modules a node imports."""
-  if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
-      "trainer"):
+  if isinstance(node, ast.ImportFrom) and (node.module or
+                                           "").startswith("trainer"):
     base = node.module.split(".", 1)[1] + "." if "." in node.module else ""
     return [base + alias.name for alias in node.names]
   if isinstance(node, ast.Import):
@@ -57,15 +70,16 @@ def _trainer_imports(node):
   return []
 
 
-def _top_level_imports(module):
+def _imports(module, top_level_only=True):
+  nodes = _tree(module).body if top_level_only else ast.walk(_tree(module))
   out = set()
-  for node in _tree(module).body:
+  for node in nodes:
     out.update(m for m in _trainer_imports(node) if m in MODULES)
   return out
 
 
 def test_no_import_circle():
-  graph = {m: _top_level_imports(m) for m in MODULES}
+  graph = {m: _imports(m) for m in MODULES}
   state = {}
 
   def visit(m, path):
@@ -81,31 +95,59 @@ def test_no_import_circle():
     visit(m, [])
 
 
+@pytest.mark.parametrize("module", MODULES)
+def test_each_group_stands_only_on_the_groups_below(module):
+  for dep in _imports(module, top_level_only=False):
+    assert _layer(dep) <= _layer(module), (
+        f"trainer/{module}.py ({LAYERS[_layer(module)] or 'top'}) imports "
+        f"trainer.{dep} ({LAYERS[_layer(dep)] or 'top'}), a group above it")
+
+
 def test_errors_is_the_bottom_and_imports_nothing_of_the_trainer():
-  assert _top_level_imports("base.errors") == set()
-  assert _top_level_imports("base.stack") == set()  # runs as a script too
+  assert _imports("base.errors") == set()
+  assert _imports("base.stack") == set()  # runs as a script too
+
+
+@pytest.mark.parametrize("module", LIBRARY)
+def test_library_modules_read_no_flags(module):
+  """Flags become values in the commands; the library takes values."""
+  source = _source(module)
+  assert "commands.cli" not in " ".join(_imports(module, False)), module
+  assert "FLAGS" not in source and "absl import flags" not in source, module
+
+
+def test_every_flag_is_defined_in_one_place():
+  """Only the commands' cli defines flags (from Config's fields and its
+  own table); each command defines each of its flags once."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  import importlib  # pylint: disable=g-import-not-at-top
+  for module in MODULES:
+    if module != "commands.cli":
+      assert "DEFINE_" not in _source(module), module
+  for name in ("main", "export", "predict", "evaluate", "doctor", "convert_hf"):
+    command = importlib.import_module(f"trainer.commands.{name}").COMMAND
+    command.define(flags.FlagValues())  # a flag defined twice would raise
 
 
 @pytest.mark.parametrize("module", MODULES)
 def test_module_and_function_sizes(module):
-  with open(_path(module)) as f:
-    lines = f.read().count("\n")
-  assert lines <= 450, f"trainer/{module}.py has {lines} lines"
+  lines = _source(module).count("\n")
+  assert lines <= 500, f"trainer/{module}.py has {lines} lines"
   for node in ast.walk(_tree(module)):
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
       length = node.end_lineno - node.lineno + 1
-      assert length <= 60, (f"trainer/{module}.py: {node.name} has {length} "
+      assert length <= 80, (f"trainer/{module}.py: {node.name} has {length} "
                             "lines")
 
 
-@pytest.mark.parametrize("module", MODULES)
-def test_function_level_imports_are_the_deliberate_ones(module):
+@pytest.mark.parametrize("module", LIBRARY)
+def test_library_imports_are_at_the_top(module):
+  """Function-level imports of trainer modules only where they keep
+  start-up light: the commands (so --help loads no TensorFlow) and the
+  package's lazy API."""
   for node in ast.walk(_tree(module)):
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
       for inner in ast.walk(node):
-        for name in _trainer_imports(inner):
-          if name not in MODULES:
-            continue
-          assert (module, name) in DELIBERATE_LATE_IMPORTS, (
-              f"trainer/{module}.py imports trainer.{name} inside "
-              f"{node.name}")
+        names = [n for n in _trainer_imports(inner) if n in MODULES]
+        assert not names, (f"trainer/{module}.py imports {names} inside "
+                           f"{node.name}")

@@ -71,7 +71,7 @@ os.write(2, b"after the window\\n")
 def test_startup_window_drops_the_noise_and_keeps_the_rest():
   """A real process: the window opens when `python -m` imports the
   package (argv[0] is "-m"), here by hand before the writes."""
-  code = "from trainer import logs; logs.quiet_startup()\n" + _WINDOW
+  code = "from trainer.base import logs; logs.quiet_startup()\n" + _WINDOW
   env = dict(os.environ, PYTHONPATH=ROOT)
   env.pop("TF_CPP_MIN_LOG_LEVEL", None)
   env.pop(logs.VERBOSE_ENV, None)

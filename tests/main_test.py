@@ -1,16 +1,20 @@
-"""`python -m trainer.main` as a user runs it: real processes, real files."""
+"""`python -m trainer.main` as a user runs it: real processes where only a
+process shows it (an end-to-end run and its resume, the exit code of a bad
+flag, a TPU that is not there), in process (`command`) for the rest."""
 
 import json
 import os
+import re
+import signal
+import subprocess
+import sys
 
 import pytest
 import tensorflow as tf
 
 from conftest import run_module
-from trainer.base import checks
-from trainer.base import config as config_lib
+from conftest import with_project
 from trainer.base import distribute
-from trainer.loop import train_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -31,7 +35,10 @@ def _tags(folder):
 
 @pytest.mark.core
 @pytest.mark.slow
-def test_end_to_end_then_resume_with_more_steps(tmp_path, demo_paths):
+def test_end_to_end_then_a_preemption_then_a_resume(tmp_path, demo_paths):
+  """The demo's quick run; then the same flags with more steps resume it
+  until a real SIGTERM stops them at a loop boundary with a checkpoint
+  (exit 75); then a rerun resumes from that checkpoint to the end."""
   model_dir = str(tmp_path / "run")
   flagfile = os.path.join(ROOT, "flags", "demo_quick.flags")
   common = [
@@ -65,12 +72,38 @@ def test_end_to_end_then_resume_with_more_steps(tmp_path, demo_paths):
   }
   assert "step 20/20" in first.stderr and "examples/s ETA" in first.stderr
 
-  second = _main(*common, "--train_steps=30")
-  assert second.returncode == 0, second.stderr[-3000:]
-  assert "Resumed from" in second.stderr and "at step 20" in second.stderr
+  second = subprocess.Popen(
+      [sys.executable, "-m", "trainer.main", *common, "--train_steps=2000"],
+      cwd=ROOT,
+      env=with_project(TF_CPP_MIN_LOG_LEVEL="2"),
+      stderr=subprocess.PIPE,
+      text=True)
+  seen = []
+  for line in second.stderr:
+    seen.append(line)
+    if re.search(r"step 30/2000 ", line):
+      second.send_signal(signal.SIGTERM)
+      break
+  stderr = "".join(seen) + second.communicate(timeout=300)[1]
+  assert second.returncode == 75, stderr[-3000:]
+  assert "Resumed from" in stderr and "at step 20" in stderr
+  match = re.search(
+      r"preempted: SIGTERM received: stopped after step (\d+) with a "
+      "checkpoint", stderr)
+  assert match, stderr[-3000:]
+  step = int(match.group(1))
+  assert step >= 30 and step % 5 == 0  # a loop boundary
+  latest = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
+  assert latest.endswith(f"ckpt-{step}")
+  assert "Traceback" not in stderr
+
+  third = _main(*common, f"--train_steps={step + 10}")
+  assert third.returncode == 0, third.stderr[-3000:]
+  assert "Resumed from" in third.stderr and f"at step {step}" in third.stderr
   summary = json.load(open(os.path.join(model_dir, "summary.json")))
-  assert summary["start_step"] == 20 and summary["final_step"] == 30
-  assert "step 25/30" in second.stderr and "step 5/30" not in second.stderr
+  assert summary["start_step"] == step and summary["final_step"] == step + 10
+  assert (f"step {step + 5}/{step + 10}" in third.stderr and
+          "step 5/" not in third.stderr)
 
 
 @pytest.mark.core
@@ -83,57 +116,14 @@ def test_bad_flag_is_one_clear_line_and_exit_2(tmp_path):
   assert "Traceback" not in result.stderr
 
 
-@pytest.mark.slow
-def test_missing_handle_is_a_clear_error(tmp_path):
-  result = _main(f"--encoder_handle={tmp_path}/nope",
-                 f"--preprocessor_handle={tmp_path}/nope2",
-                 f"--model_dir={tmp_path}")
+def test_missing_handle_is_a_clear_error(tmp_path, command):
+  result = command("main", f"--encoder_handle={tmp_path}/nope",
+                   f"--preprocessor_handle={tmp_path}/nope2",
+                   f"--model_dir={tmp_path}")
   assert result.returncode == 2
   assert f"--encoder_handle='{tmp_path}/nope' is invalid" in result.stderr
   assert "no such folder" in result.stderr
   assert "Traceback" not in result.stderr
-
-
-@pytest.mark.parametrize("field,value,message", [
-    ("strategy", "tpu", "choose one of auto"),
-    ("warmup_fraction", -0.1, "must be in [0, 1]"),
-    ("batch_size", 0, "must be a positive global batch size"),
-    ("seq_length", 2, "must be in [3, 8192]"),
-    ("learning_rate", 0.0, "must be > 0"),
-    ("steps_per_loop", 0, "must be >= 1"),
-    ("label_map", "0-0", "write it as raw:class pairs"),
-    ("label_map", "0:0,4:2", "outside [0, --num_classes=2)"),
-    ("num_classes", 0, "must be at least 1 (1 = regression)"),
-    ("train_steps", -1, "must be >= 0"),
-    ("validation_fraction", 1.0, "must be in (0, 1)"),
-    ("train_file", "/nonexistent/x.csv", "no such file"),
-    ("preprocessor_handle", "/nonexistent", "no such folder"),
-    ("precision", "half", "choose one of float32, bfloat16, float16, auto"),
-    ("profile_steps", "7", "give FIRST,LAST steps with 0 < FIRST <= LAST"),
-    ("profile_steps", "9,7", "give FIRST,LAST steps with 0 < FIRST <= LAST"),
-    ("profile_steps", "0,a", "give FIRST,LAST steps with 0 < FIRST <= LAST"),
-])
-def test_validation_names_flag_value_and_fix(field, value, message):
-  c = config_lib.Config(**{field: value})
-  with pytest.raises(config_lib.ConfigError) as info:
-    checks.validate(c)
-  assert f"--{field}={value!r} is invalid" in str(info.value)
-  assert message in str(info.value)
-
-
-def test_batch_not_divisible_by_replicas():
-  c = config_lib.Config(batch_size=33)
-  with pytest.raises(config_lib.ConfigError, match="multiple of 2"):
-    checks.check_replicas(c, 2)
-  checks.check_replicas(config_lib.Config(batch_size=34), 2)
-
-
-def test_seq_length_above_encoder_positions(demo_paths):
-  c = config_lib.Config(seq_length=129, demo_cache_dir=demo_paths["root"])
-  with pytest.raises(
-      config_lib.ConfigError,
-      match=r"--seq_length=129 is invalid: the encoder has 128"):
-    train_lib.load_model(c, tf.distribute.get_strategy())
 
 
 @pytest.mark.core
@@ -152,6 +142,38 @@ def test_no_tpu_on_this_machine_is_a_clear_error(tmp_path):
   assert "Traceback" not in result.stderr
 
 
-def test_unreachable_tpu_is_a_clear_error():
-  with pytest.raises(distribute.StrategyError, match="cannot reach"):
-    distribute.build_strategy(tpu="grpc://127.0.0.1:1")
+def _run(command, tmp_path, csv_text, *flags):
+  path = tmp_path / "d.csv"
+  path.write_text(csv_text)
+  return command("main", f"--train_file={path}", f"--model_dir={tmp_path}/m",
+                 "--encoder_handle=demo", "--preprocessor_handle=demo", *flags)
+
+
+def test_one_class_and_an_empty_carve_say_so(tmp_path, command, demo_paths):
+  cache = f"--demo_cache_dir={demo_paths['root']}"
+  one_class = _run(command, tmp_path, "text,label\n" + "good,1\n" * 50, cache)
+  assert one_class.returncode == 2, one_class.stderr[-2000:]
+  assert ("error: the training split has examples of class 1 only "
+          in one_class.stderr)
+  tiny = _run(command, tmp_path, "text,label\n" + "good,1\nbad,0\n" * 5, cache)
+  assert tiny.returncode == 2, tiny.stderr[-2000:]
+  assert ("error: the validation split carved from " in tiny.stderr and
+          "at --validation_fraction=0.05 holds no usable row" in tiny.stderr)
+  assert "--label_map" not in tiny.stderr.splitlines()[-1]
+
+
+def test_main_stops_on_a_wrong_file_format(tmp_path, command, demo_paths):
+  path = tmp_path / "d.csv"
+  path.write_text("text,label\n" +
+                  "".join(f"row {i},{i % 2}\n" for i in range(50)))
+  result = command("main", f"--train_file={path}", "--label_column=0",
+                   f"--model_dir={tmp_path}/m", "--encoder_handle=demo",
+                   "--preprocessor_handle=demo",
+                   f"--demo_cache_dir={demo_paths['root']}")
+  assert result.returncode == 2, result.stderr[-2000:]
+  # The train part of the carve (95% of 50 rows, seeded) is checked first.
+  assert re.search(
+      r"d\.csv \(remaining 95%\): (\d+) of \1 rows rejected "
+      r"\(label_not_a_number: \1\)", result.stderr), result.stderr
+  assert "most are label_not_a_number, e.g. lines 2, 3, 4" in result.stderr
+  assert "Traceback" not in result.stderr

@@ -6,6 +6,8 @@ rewrite on CPU, which TensorFlow applies on AVX512 CPUs only, and which is a
 process-wide option: that test runs in a fresh process.
 """
 
+import os
+import re
 import sys
 
 import numpy as np
@@ -13,6 +15,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_hub as hub
 
+from conftest import ROOT
 from conftest import last_json
 from conftest import run_process
 from conftest import with_project
@@ -24,8 +27,11 @@ from trainer.model import classifier as model_lib
 from trainer.model import precision as precision_lib
 from trainer.model import optimization
 from trainer.data import preprocessing
-from trainer.loop import train_lib
+from trainer.loop import launch
 from trainer.loop import train_step
+
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import profile_ops  # noqa: E402  pylint: disable=g-import-not-at-top
 
 BATCH, SEQ = 8, 16
 TEXTS = [
@@ -48,9 +54,19 @@ def _config(precision, **kwargs):
   return config_lib.Config(precision=precision, **kwargs)
 
 
+def _route(c, strategy, encoder):
+  """(the encoder prepared, the Route) as the trainer decides them."""
+  return launch.prepare(
+      strategy,
+      encoder,
+      precision=c.precision,
+      jit_compile=c.jit_compile,
+      encoder_handle=c.encoder_handle)
+
+
 def _prepare(c, strategy, encoder):
   """(encoder, jit_compile, note) as the trainer prepares them."""
-  encoder, route = train_lib.prepare(c, strategy, encoder)
+  encoder, route = _route(c, strategy, encoder)
   return encoder, route.jit_compile, route.note
 
 
@@ -314,12 +330,13 @@ def test_foreign_encoder_errors_where_no_rewrite_can_apply(no_dropout_encoder):
 _PROBE = r"""
 import json
 import tensorflow as tf
-from trainer.base import config as config_lib, distribute, train_lib
+from trainer.base import distribute
+from trainer.loop import launch
 class Foreign(tf.Module):
   pass
-c = config_lib.Config(precision="bfloat16", jit_compile=False)
-_, route = train_lib.prepare(
-    c, distribute.build_strategy("", "auto"), Foreign())
+_, route = launch.prepare(
+    distribute.build_strategy("", "auto"), Foreign(), precision="bfloat16",
+    jit_compile=False, encoder_handle="demo")
 note = route.note
 options = tf.config.optimizer.get_experimental_options()
 x = tf.random.stateless_normal([64, 256], seed=[1, 2])
@@ -348,3 +365,116 @@ def test_foreign_encoder_gets_the_onednn_rewrite(tmp_path):
   # The rewrite is real: bfloat16 products move the result, by bfloat16's
   # ~3 significant digits.
   assert 0.0 < result["max_diff"] < 0.05
+
+
+def test_foreign_encoder_with_jit_unset_trains_without_xla(no_dropout_encoder):
+  """Only an explicit --jit_compile=true on a foreign encoder is an error
+  (above); unset, it trains without XLA everywhere."""
+
+  class Foreign(tf.Module):
+
+    def __init__(self, loaded):
+      super().__init__()
+      self.loaded = loaded
+
+  foreign = Foreign(hub.load(no_dropout_encoder))
+  encoder, route = _route(config_lib.Config(), tf.distribute.get_strategy(),
+                          foreign)
+  assert encoder is foreign and route.jit_compile is False
+  assert route.note == "precision: float32"
+
+
+# XLA writes one `before_optimizations` module per compilation into
+# --xla_dump_to: a count that does not depend on TensorFlow's log format
+# (the compile profiler's "Compiled ... N times" line of TF 2.21 is not
+# logged by 2.20).
+_MODULE = re.compile(r"^module_\d+\.a_inference_(\w+?)_\d+__.*"
+                     r"\.before_optimizations\.txt$")
+
+
+def _compile_counts(dump_dir):
+  counts = {}
+  for name in os.listdir(dump_dir):
+    match = _MODULE.match(name)
+    if match:
+      counts[match.group(1)] = counts.get(match.group(1), 0) + 1
+  return counts
+
+
+def _run_dumping(args, tmp_path):
+  """Runs `args` with XLA dumping each compiled module; returns the counts
+  of compilations per function."""
+  dump = tmp_path / "xla_dump"
+  env = dict(os.environ, PYTHONPATH=ROOT, XLA_FLAGS=f"--xla_dump_to={dump}")
+  out = run_process(args, cwd=str(tmp_path), env=env)
+  assert out.returncode == 0, out.stderr[-3000:]
+  return out, _compile_counts(dump)
+
+
+@pytest.mark.core
+@pytest.mark.xla
+def test_jit_training_compiles_the_step_once(tmp_path, demo_paths):
+  """`python -m trainer.main --jit_compile=true` over 6 steps (3 loops of
+  different batches): XLA compiles the forward/backward function once. The
+  profile of steps 5-6 shows the XLA cluster's ops (benchmarks/profile_ops)."""
+  out, counts = _run_dumping([
+      sys.executable, "-m", "trainer.main",
+      f"--flagfile={ROOT}/flags/demo_quick.flags",
+      f"--demo_cache_dir={demo_paths['root']}", f"--model_dir={tmp_path}/run",
+      "--train_steps=6", "--steps_per_loop=2", "--eval_every=0",
+      "--checkpoint_every=0", "--export=false", "--jit_compile=true",
+      "--profile_steps=5,6"
+  ], tmp_path)
+  assert "XLA: the encoder rebuilt from its saved config" in out.stderr
+  assert "step 6/6" in out.stderr
+  # The step once, and the trainer's probe of XLA:CPU (one tiny function).
+  assert counts == {"forward_backward": 1, "xla_cpu_probe": 1}
+
+  summary = profile_ops.summarize(
+      profile_ops.newest_trace(f"{tmp_path}/run/summaries/train"))
+  if ("XLA cluster (forward and backward)" not in summary["by_phase"] and
+      tuple(map(int,
+                tf.__version__.split(".")[:2])) < (2, 20)):
+    pytest.skip("the profiler of TF < 2.20 does not trace XLA:CPU "
+                "instructions (the compile count above held)")
+  trainable = len(hub.load(demo_paths["encoder"]).trainable_variables) + 2
+  assert summary["by_type"]["ResourceApplyAdam"][1] == 2 * trainable
+  matmuls = summary["by_type"]["xla:MatMul"][1]
+  assert matmuls > 0 and matmuls % 2 == 0  # the same dots in both steps
+  assert summary["by_phase"]["XLA cluster (forward and backward)"] > 0
+  assert "backward" not in summary["by_phase"]  # all inside the cluster
+
+
+_LOADED_GRADIENT = r"""
+import sys
+import tensorflow as tf
+import tensorflow_hub as hub
+encoder = hub.load(sys.argv[1])
+
+@tf.function(jit_compile=True)
+def loaded_gradient(ids):
+  inputs = dict(input_word_ids=ids, input_mask=tf.ones_like(ids),
+                input_type_ids=tf.zeros_like(ids))
+  with tf.GradientTape() as tape:
+    loss = tf.reduce_sum(encoder(inputs, training=False)["pooled_output"])
+  grads = tape.gradient(loss, encoder.trainable_variables)
+  return tf.add_n([tf.reduce_sum(tf.convert_to_tensor(g)) for g in grads])
+
+for i in range(3):
+  loaded_gradient(tf.constant([[2, 40 + i, 41, 3]] * 2))
+"""
+
+
+@pytest.mark.core
+@pytest.mark.xla
+def test_negative_control_loaded_savedmodel_gradient_recompiles(
+    tmp_path, demo_paths):
+  """Why foreign encoders get no XLA: the same encoder called through its
+  SavedModel recompiles for every new batch (3 batches, 3 compilations).
+  If a TensorFlow release fixes this, this test fails: lift the error in
+  `precision.choose` then."""
+  script = tmp_path / "loaded_gradient.py"
+  script.write_text(_LOADED_GRADIENT)
+  _, counts = _run_dumping(
+      [sys.executable, str(script), demo_paths["encoder"]], tmp_path)
+  assert counts == {"loaded_gradient": 3}

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from trainer import doctor
+from trainer.loop import doctor
 from trainer.base import stack
 
 TF221 = {

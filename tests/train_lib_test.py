@@ -1,46 +1,37 @@
-"""The outer loop's pieces alone, in process: setup/train/finish on the
-demo, the checkpoint layout and restore order, the between-loop actions,
-the run folder's JSON, and the Python API in a plain interpreter."""
+"""A whole run, in process: setup/train/finish on the demo, float16, a
+NaN's rollback and early stopping in real runs, the GLUE tasks on TFDS's
+mock, a job on TensorFlow's in-memory filesystem, and the Python API in a
+plain interpreter."""
 
 import dataclasses
 import glob
 import json
 import os
 import re
-import signal
 import sys
 
+from absl import flags
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_datasets as tfds
 
 from conftest import ROOT
 from conftest import run_module
 from conftest import run_process
-from trainer.base import checks
-from trainer.loop import actions
-from trainer.model import checkpoints
+from conftest import tiny_config
 from trainer.base import config as config_lib
 from trainer.base import errors
-from trainer.model import classifier as model_lib
-from trainer.base import run_dir
+from trainer.base import tasks
+from trainer.commands import cli
+from trainer.loop import actions
 from trainer.loop import train_lib
+from trainer.serving import export
 
 
 def _config(tmp_path, demo_paths, **kwargs):
-  values = dict(
-      model_dir=str(tmp_path / "run"),
-      demo_cache_dir=demo_paths["root"],
-      train_steps=8,
-      steps_per_loop=4,
-      eval_every=4,
-      checkpoint_every=4,
-      batch_size=16,
-      seq_length=32,
-      learning_rate=1e-3,
-      export=False)
-  values.update(kwargs)
-  return checks.validate(config_lib.Config(**values))
+  kwargs.setdefault("model_dir", str(tmp_path / "run"))
+  return tiny_config(demo_cache_dir=demo_paths["root"], **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -48,34 +39,41 @@ def trained(tmp_path_factory, demo_paths):
   """A run set up, trained and finished in this process (8 steps)."""
   tmp_path = tmp_path_factory.mktemp("train_lib")
   with actions.StopSignals() as signals:
-    run = train_lib.setup(_config(tmp_path, demo_paths))
-    setup_view = dict(step=run.state.step, plan=run.plan.durations())
-    result = train_lib.train(run, signals)
-    summary = train_lib.finish(run, result, signals)
-    run.close()
-  return tmp_path, run, setup_view, result, summary
+    job = train_lib.setup(_config(tmp_path, demo_paths), signals=signals)
+    setup_view = dict(step=job.state.step, plan=job.plan.durations())
+    result = train_lib.train(job)
+    summary = train_lib.finish(job, result)
+    job.close()
+  return tmp_path, job, setup_view, result, summary
 
 
 def test_setup_resolves_everything_once(trained):
-  _, run, setup_view, _, _ = trained
+  _, job, setup_view, _, _ = trained
   assert setup_view == dict(
       step=0, plan=dict(steps_per_epoch=250, total_steps=8, warmup_steps=1))
+  run = job.run
   assert run.chief and run.out == run.shared
   assert run.out.checkpoints == os.path.join(run.config.model_dir,
                                              "checkpoints")
-  assert run.route.note == "precision: float32" and not run.route.jit_compile
+  assert job.route.note == "precision: float32" and not job.route.jit_compile
   assert {
-      k: v["rows_used"] for k, v in run.counts.items()
+      k: v["rows_used"] for k, v in job.counts.items()
   } == {
       "train": 4000,
       "validation": 1000
   }
-  assert run.plan.next_stop(0) == 4
+  assert job.plan.next_stop(0) == 4
+  assert run.task == tasks.Task(
+      source="demo",
+      num_classes=2,
+      class_names=("negative", "positive"),
+      metrics=("accuracy",))
 
 
 def test_train_and_finish(trained):
-  tmp_path, run, _, result, summary = trained
-  assert run.state.step == 8 and len(result.loop_times) == 2
+  tmp_path, job, _, result, summary = trained
+  run = job.run
+  assert job.state.step == 8 and len(result.loop_times) == 2
   assert np.isfinite(result.train_loss) and result.recoveries == 0
   assert summary["final_step"] == 8 and summary["start_step"] == 0
   assert summary["eval_examples"] == 1000
@@ -86,160 +84,37 @@ def test_train_and_finish(trained):
   ]
   assert names == ["ckpt-4", "ckpt-8"]
   written = json.load(open(run.out.config_json))
-  assert written["plan"] == run.plan.durations()
+  assert written["plan"] == job.plan.durations()
   assert written["config"] == dataclasses.asdict(run.config)
+  assert written["task"] == dict(
+      run.task.to_json(),
+      class_names=["negative", "positive"],
+      metrics=["accuracy"],
+      text_fields=["text"])
   del tmp_path
 
 
 def test_a_second_setup_resumes_where_the_first_stopped(trained, demo_paths):
-  tmp_path, run, _, _, _ = trained
+  tmp_path, job, _, _, _ = trained
   again = train_lib.setup(
-      dataclasses.replace(run.config, train_steps=12, checkpoint_every=0))
+      dataclasses.replace(job.run.config, train_steps=12, checkpoint_every=0))
   again.close()
   assert again.start_step == 8 and again.state.data_position == 8
   for mine, theirs in zip(again.state.model.trainable_variables,
-                          run.state.model.trainable_variables):
+                          job.state.model.trainable_variables):
     np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
   del tmp_path, demo_paths
 
 
-def test_the_checkpoint_layout_and_reading_it_back(trained):
-  _, run, _, _, _ = trained
-  path = tf.train.latest_checkpoint(run.out.checkpoints)
-  names = {name for name, _ in tf.train.list_variables(path)}
-  for name in ("model/kernel/.ATTRIBUTES/VARIABLE_VALUE",
-               "model/bias/.ATTRIBUTES/VARIABLE_VALUE",
-               "optimizer/iterations/.ATTRIBUTES/VARIABLE_VALUE",
-               "encoder_variables/0/.ATTRIBUTES/VARIABLE_VALUE",
-               "data_skip/.ATTRIBUTES/VARIABLE_VALUE"):
-    assert name in names
-  # The export's view: weights and step, no optimizer slots.
-  preprocessor, encoder = model_lib.load(
-      "demo",
-      "demo",
-      tf.distribute.get_strategy(),
-      demo_cache_dir=run.config.demo_cache_dir)
-  del preprocessor
-  model = model_lib.Classifier(encoder, 2, seed=99)
-  ckpt, step = checkpoints.for_reading(model, encoder)
-  ckpt.restore(path).expect_partial().assert_existing_objects_matched()
-  assert int(step.numpy()) == 8
-  np.testing.assert_array_equal(model.kernel.numpy(),
-                                run.state.model.kernel.numpy())
-
-
-def test_the_checkpoint_to_export(trained, tmp_path):
-  _, run, _, _, _ = trained
-  where = run.out
-  # The best (by eval loss) of this run is a `best-N` checkpoint.
-  assert os.path.basename(
-      checkpoints.for_export(where.checkpoints, where.best)).startswith("best-")
-  explicit = os.path.join(where.checkpoints, "ckpt-4")
-  assert checkpoints.for_export(where.checkpoints, where.best,
-                                explicit) == explicit
-  assert checkpoints.for_export(where.checkpoints,
-                                str(tmp_path)).endswith("ckpt-8")
-  with pytest.raises(errors.ExportError, match="no such checkpoint"):
-    checkpoints.for_export(where.checkpoints, where.best, explicit + "x")
-  with pytest.raises(errors.ExportError, match="no checkpoint to export in"):
-    checkpoints.for_export(str(tmp_path), str(tmp_path))
-  # A worker reads the chief's state as it is; the chief repairs first.
-  assert checkpoints.resume_point(
-      where.checkpoints, chief=False).endswith("ckpt-8")
-  assert checkpoints.resume_point(str(tmp_path / "none")) is None
-
-
-class _State:
-  """Stands in for a TrainState at the boundary: counts its saves."""
-
-  def __init__(self, directory):
-    self.manager = type("M", (), dict(directory=directory))
-    self.saves = 0
-
-  def save_unless_saved(self):
-    self.saves += 1
-
-
-def test_a_stop_signal_saves_then_raises_preempted(tmp_path):
-  state = _State(str(tmp_path))
-  with actions.StopSignals() as signals:
-    signals.check(state, 10)  # nothing arrived
-    os.kill(os.getpid(), signal.SIGTERM)
-    with pytest.raises(errors.Preempted) as info:
-      signals.check(state, 20)
-  assert state.saves == 1 and info.value.exit_code == 75
-  assert str(info.value) == (
-      f"SIGTERM received: stopped after step 20 with a checkpoint in "
-      f"{tmp_path}; run the same command again to resume")
-
-
-def test_best_keeper_and_evaluator(tmp_path):
-  variable = tf.Variable(0.0)
-  checkpoint = tf.train.Checkpoint(v=variable)
-  losses = iter([0.5, 0.4, 0.45, 0.41])
-  calls = []
-
-  def evaluate():
-    calls.append(1)
-    return dict(
-        loss=next(losses),
-        accuracy=0.5,
-        examples=10,
-        confusion=np.array([[3, 2], [3, 2]]),
-        histograms=(np.arange(200) % 2, np.zeros(200, np.int64)))
-
-  best = actions.BestKeeper(
-      str(tmp_path), checkpoint, None, "eval/loss", patience=2)
-  writer = tf.summary.create_file_writer(str(tmp_path / "eval"))
-  evaluator = actions.Evaluator(evaluate, writer, best, ["neg", "pos"])
-  stops = [evaluator(step)[1] for step in (5, 10, 15)]
-  assert evaluator(15)[1] is False and len(calls) == 3  # cached
-  assert stops == [False, False, False]
-  assert evaluator(20)[1] is True  # two evals without a better loss
-  assert json.load(open(tmp_path / "best.json")) == dict(
-      value=0.4, step=10, evals_since_best=2)
-  resumed = actions.BestKeeper(
-      str(tmp_path), checkpoint, None, "eval/loss", patience=2)
-  assert resumed.state["step"] == 10
-  assert tf.train.latest_checkpoint(str(tmp_path)).endswith("best-10")
-
-
-def test_progress_line():
-  progress = actions.Progress(total=100, batch_size=32, tty=False)
-  assert progress.line(
-      40, 0.12345, 3e-5,
-      64.0) == ("step 40/100 loss 0.1235 lr 3e-05 64.0 examples/s ETA 00:00:30")
-
-
-def test_json_state_is_replaced_whole(tmp_path):
-  path = str(tmp_path / "state.json")
-  run_dir.write_json(path, dict(a=1))
-  run_dir.write_json(path, dict(b=[1, 2]))
-  assert os.listdir(tmp_path) == ["state.json"]  # no temporary left
-  assert run_dir.read_json(path) == dict(b=[1, 2])
-  (tmp_path / "broken.json").write_text('{"a": ')
-  assert run_dir.read_json(str(tmp_path / "broken.json")) is None
-  assert run_dir.read_json(str(tmp_path / "missing.json")) is None
-
-
-def test_locations():
-  c = config_lib.Config(model_dir="gs://b/r", summary_dir="gs://b/tb")
-  where = run_dir.locations(c)
-  assert (where.checkpoints, where.best, where.summaries,
-          where.export_dir(7)) == ("gs://b/r/checkpoints",
-                                   "gs://b/r/checkpoints/best", "gs://b/tb",
-                                   "gs://b/r/export/7")
-  worker = run_dir.for_worker("gs://b/r", 2)
-  assert worker.model_dir == "gs://b/r/.worker-2-tmp"
-  assert worker.checkpoints == "gs://b/r/.worker-2-tmp/checkpoints"
-
-
 _NOTEBOOK = r"""
 import json, sys
-from trainer import Config, fit
+from trainer import Config, fit, export, predict, evaluate
 summary = fit(Config(model_dir=sys.argv[1], demo_cache_dir=sys.argv[2],
                      train_steps=12, deterministic=True))
-print(json.dumps(summary))
+again = export(sys.argv[1], export_base_dir=sys.argv[1] + "/again")
+rows = list(predict(again, ["what a day", "awful"]))
+scored = evaluate(Config(model_dir=sys.argv[1]), split="validation")
+print(json.dumps(dict(summary=summary, again=again, rows=rows, scored=scored)))
 """
 
 
@@ -256,7 +131,14 @@ def test_python_api_runs_the_demo_as_the_command_does(tmp_path, demo_paths):
       env=env)
   assert api.returncode == 0, api.stderr[-3000:]
   assert "step 12/12" in api.stderr  # the log reaches a notebook's cell
-  summary = json.loads(api.stdout.strip().splitlines()[-1])
+  out = json.loads(api.stdout.strip().splitlines()[-1])
+  summary = out["summary"]
+  # export, predict, evaluate beside fit: the commands' work from Python.
+  assert out["again"] == os.path.join(api_dir, "again", "12")
+  assert [r["text"] for r in out["rows"]] == ["what a day", "awful"]
+  assert out["scored"]["examples"] == 1000
+  assert out["scored"]["accuracy"] == pytest.approx(
+      summary["eval_accuracy"], abs=1e-6)
   cli = run_module("trainer.main", f"--model_dir={cli_dir}",
                    f"--demo_cache_dir={demo_paths['root']}", "--train_steps=12",
                    "--deterministic")
@@ -269,9 +151,8 @@ def test_python_api_runs_the_demo_as_the_command_does(tmp_path, demo_paths):
   modules = {m.group(1) for m in map(ours.fullmatch, printed) if m}
   assert printed and all(ours.fullmatch(line) for line in printed), printed
   assert modules <= {
-      os.path.basename(n)[:-3]
-      for n in glob.glob(os.path.join(ROOT, "trainer", "**", "*.py"),
-                         recursive=True)
+      os.path.basename(n)[:-3] for n in glob.glob(
+          os.path.join(ROOT, "trainer", "**", "*.py"), recursive=True)
   }
   logged = open(os.path.join(cli_dir, "train.log")).read().splitlines()
   assert logged == printed[printed.index(logged[0]):]
@@ -304,7 +185,7 @@ def test_float16_tracks_float32_and_a_float32_run_resumes_in_float16(
   divergence there (an injected NaN loss) still rolls back, without
   counting as a skipped overflow."""
   common = dict(
-      train_steps=40, steps_per_loop=20, eval_every=0, checkpoint_every=20)
+      train_steps=20, steps_per_loop=10, eval_every=0, checkpoint_every=10)
   summaries = {}
   for precision in ("float32", "float16"):
     summaries[precision] = train_lib.run(
@@ -332,14 +213,243 @@ def test_float16_tracks_float32_and_a_float32_run_resumes_in_float16(
       "loss_scale/skipped/.ATTRIBUTES/VARIABLE_VALUE"
   } <= set(names)
 
-  monkeypatch.setenv("BERT_TRAINER_FAULT_NAN_BATCHES", "45")
+  monkeypatch.setenv("BERT_TRAINER_FAULT_NAN_BATCHES", "23")
   resumed = train_lib.run(
       _config(
           tmp_path / "float32",
           demo_paths,
           precision="float16",
           model_dir=str(tmp_path / "float32"),
-          **dict(common, train_steps=60, steps_per_loop=10)))
-  assert resumed["start_step"] == 40 and resumed["final_step"] == 60
+          **dict(common, train_steps=30, steps_per_loop=5)))
+  assert resumed["start_step"] == 20 and resumed["final_step"] == 30
   assert resumed["precision"] == "float16" and resumed["skipped_steps"] == 0
   assert resumed["nan_recoveries"] == 1
+
+
+def _mock_main(command, tmp_path, demo_paths, tfds_name, *flags):
+  """`trainer.main` on TFDS's mock of `tfds_name` (48 examples a split);
+  (model_dir, summary)."""
+  model_dir = str(tmp_path / tfds_name.replace("/", "_"))
+  with tfds.testing.mock_data(num_examples=48):
+    result = command("main", f"--tfds_name={tfds_name}",
+                     f"--model_dir={model_dir}", "--train_steps=4",
+                     "--seq_length=32", "--batch_size=16", "--steps_per_loop=2",
+                     "--learning_rate=1e-3",
+                     f"--demo_cache_dir={demo_paths['root']}", *flags)
+  assert result.returncode == 0, result.stderr[-3000:]
+  with open(os.path.join(model_dir, "summary.json")) as f:
+    return model_dir, json.load(f)
+
+
+@pytest.mark.slow
+def test_tfds_glue_mnli_and_stsb_end_to_end(tmp_path, command, demo_paths):
+  _, mnli = _mock_main(command, tmp_path, demo_paths, "glue/mnli",
+                       "--export=false")
+  # Matched is the validation split; mismatched is evaluated beside it;
+  # test_matched/test_mismatched (hidden labels) are not evaluated.
+  assert mnli["examples"] == dict(
+      train=48, validation=48, validation_mismatched=48)
+  assert 0 <= mnli["eval_mismatched_accuracy"] <= 1
+  assert {"eval_accuracy", "eval_loss"} <= set(mnli)
+  assert not any(k.startswith("test_") for k in mnli)
+  model_dir, stsb = _mock_main(command, tmp_path, demo_paths, "glue/stsb",
+                               "--early_stopping_metric=eval/spearman")
+  assert -1 <= stsb["eval_pearson"] <= 1 and -1 <= stsb["eval_spearman"] <= 1
+  assert "eval_accuracy" not in stsb
+  assert stsb["best_metric"] == {"eval/spearman": stsb["eval_spearman"]}
+  serve, classes = export.load_serving(stsb["export_dir"])
+  assert classes == 1 and export.pairs(serve)
+  scores = serve(text=tf.constant(["a b"]), text_pair=tf.constant(["c"]))
+  assert scores["scores"].shape == [1] and scores["scores"].dtype == tf.float32
+  with open(os.path.join(model_dir, "config.json")) as f:
+    assert json.load(f)["config"]["num_classes"] == 1
+  # evaluate scores a labelled split with the task's metrics.
+  with tfds.testing.mock_data(num_examples=48):
+    scored = command("evaluate", f"--export_dir={stsb['export_dir']}",
+                     "--tfds_name=glue/stsb", "--split=validation")
+  assert scored.returncode == 0, scored.stderr[-3000:]
+  scores = json.loads(scored.stdout)
+  assert scores["examples"] == 48 and {"pearson", "spearman"} <= set(scores)
+
+
+@pytest.mark.slow
+def test_tfds_glue_mrpc_reports_f1_and_accuracy(mrpc_run):
+  summary = mrpc_run["summary"]
+  assert {"eval_f1", "eval_accuracy", "eval_loss"} <= set(summary)
+  assert summary["examples"] == dict(train=48, validation=48)
+
+
+def _all_finite(directory):
+  for prefix in glob.glob(os.path.join(directory, "ckpt-*.index")):
+    reader = tf.train.load_checkpoint(prefix[:-len(".index")])
+    for name in reader.get_variable_to_shape_map():
+      value = reader.get_tensor(name)
+      if hasattr(value, "dtype") and value.dtype.kind == "f":
+        assert np.isfinite(value).all(), (prefix, name)
+
+
+def _nan_config(tmp_path, demo_paths, steps):
+  return config_lib.Config(
+      model_dir=str(tmp_path / "run"),
+      demo_cache_dir=demo_paths["root"],
+      train_steps=steps,
+      batch_size=16,
+      seq_length=32,
+      steps_per_loop=6,
+      checkpoint_every=6,
+      export=False)
+
+
+def test_nan_rolls_back_skips_the_bad_batches_and_finishes(
+    tmp_path, demo_paths, monkeypatch):
+  monkeypatch.setenv("BERT_TRAINER_FAULT_NAN_BATCHES", "14")
+  c = _nan_config(tmp_path, demo_paths, 24)
+  summary = train_lib.run(c)
+  assert summary["final_step"] == 24 and summary["nan_recoveries"] == 1
+  directory = os.path.join(c.model_dir, "checkpoints")
+  _all_finite(directory)
+  reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(directory))
+  # Steps 12..18 consumed batches 12..18 and were thrown away: from then on
+  # the data runs 6 batches ahead of the step counter.
+  assert reader.get_tensor("data_skip/.ATTRIBUTES/VARIABLE_VALUE") == 6
+
+
+def test_repeated_nan_stops_after_max_recoveries(tmp_path, demo_paths,
+                                                 monkeypatch):
+  monkeypatch.setenv("BERT_TRAINER_FAULT_NAN_BATCHES", "14,20,26")
+  c = _nan_config(tmp_path, demo_paths, 36)
+  with pytest.raises(
+      errors.TrainingError,
+      match=r"gave up after 2 rollback\(s\) "
+      r"\(--max_nan_recoveries=2\)"):
+    train_lib.run(c)
+  directory = os.path.join(c.model_dir, "checkpoints")
+  _all_finite(directory)
+  assert tf.train.latest_checkpoint(directory).endswith("ckpt-12")
+
+
+def test_early_stopping_keeps_and_restores_the_best_checkpoint(
+    tmp_path, demo_paths):
+  # A learning rate this large makes the validation loss worse after the
+  # first eval, so patience runs out and the best checkpoint is the first.
+  small_eval = tmp_path / "eval.csv"
+  with open(demo_paths["validation"]) as f:
+    small_eval.write_text("".join(f.readlines()[:201]))
+  c = config_lib.Config(
+      model_dir=str(tmp_path / "run"),
+      encoder_handle=demo_paths["encoder"],
+      preprocessor_handle=demo_paths["preprocessor"],
+      train_file=demo_paths["train"],
+      eval_file=str(small_eval),
+      train_steps=60,
+      batch_size=16,
+      seq_length=32,
+      steps_per_loop=5,
+      eval_every=5,
+      checkpoint_every=5,
+      learning_rate=0.5,
+      warmup_fraction=0.0,
+      early_stopping_patience=2)
+  summary = train_lib.run(c)
+  best = json.load(
+      open(os.path.join(c.model_dir, "checkpoints", "best", "best.json")))
+  assert summary["stopped_early"] is True
+  assert summary["final_step"] == best["step"] + 2 * 5
+  assert summary["best_step"] == best["step"]
+  assert best["evals_since_best"] == 2
+  # What the run reports and exports is the best model.
+  assert summary["eval_loss"] == pytest.approx(best["value"], rel=1e-6)
+  assert summary["export_dir"].endswith(f"/export/{best['step']}")
+  assert tf.train.latest_checkpoint(
+      os.path.join(c.model_dir, "checkpoints",
+                   "best")).endswith(f"best-{best['step']}")
+
+
+def _files_under(folder):
+  return sorted(
+      os.path.relpath(os.path.join(d, f), folder)
+      for d, _, names in os.walk(folder)
+      for f in names)
+
+
+def test_end_to_end_on_ram_filesystem(tmp_path, demo_paths, monkeypatch,
+                                      info_logging):
+  del info_logging
+  """Everything through tf.io.gfile: model_dir and data on ram://."""
+  cwd = tmp_path / "cwd"
+  cwd.mkdir()
+  monkeypatch.chdir(cwd)
+  monkeypatch.setenv("HOME", str(tmp_path / "home"))
+  with tf.io.gfile.GFile(demo_paths["train"]) as f:
+    rows = f.read().splitlines()
+  data = "ram://data/reviews.csv"
+  with tf.io.gfile.GFile(data, "w") as f:
+    f.write("\n".join(rows[:801]) + "\n")
+  c = config_lib.Config(
+      model_dir="ram://runs/r1",
+      train_file=data,
+      demo_cache_dir=demo_paths["root"],
+      train_steps=12,
+      seq_length=32,
+      batch_size=16,
+      learning_rate=1e-3,
+      steps_per_loop=6,
+      checkpoint_every=6,
+      validation_fraction=0.2,
+      layer_decay=0.5)
+  summary = train_lib.run(c)
+  assert summary["final_step"] == 12
+  listing = tf.io.gfile.listdir("ram://runs/r1")
+  for name in ("config.json", "summary.json", "data_stats.json", "train.log"):
+    assert name in listing, listing
+  with tf.io.gfile.GFile("ram://runs/r1/train.log") as f:
+    log = f.read()
+  assert "Done at step 12" in log.splitlines()[-1]
+  # --layer_decay: the table logged once and kept in config.json.
+  table = ("  embeddings   0.125\n  layer_0      0.25\n  layer_1      0.5\n"
+           "  pooler       0.5\n  head         1\n")
+  assert log.count("Layer-wise learning rates") == 1 and table in log
+  with tf.io.gfile.GFile("ram://runs/r1/config.json") as f:
+    assert json.load(f)["layer_rates"] == dict(
+        embeddings=0.125, layer_0=0.25, layer_1=0.5, pooler=0.5, head=1.0)
+  assert tf.train.latest_checkpoint("ram://runs/r1/checkpoints").endswith(
+      "ckpt-12")
+  assert tf.io.gfile.glob("ram://runs/r1/summaries/train/events*")
+  assert tf.io.gfile.exists("ram://runs/r1/export/12/saved_model.pb")
+  with tf.io.gfile.GFile("ram://runs/r1/summary.json") as f:
+    written = json.load(f)
+  assert written["final_step"] == 12
+  assert written["export_dir"] == "ram://runs/r1/export/12"
+  assert (written["data.train.rows_read"] +
+          written["data.validation.rows_read"]) == 800
+  # Nothing reached the local disk outside the temporary folders.
+  assert _files_under(cwd) == []
+  assert not (tmp_path / "home").exists()
+
+
+def test_vertex_ai_variables_choose_the_output_locations(
+    tmp_path, demo_paths, monkeypatch):
+  for name, sub in (("AIP_MODEL_DIR", "aip_model"), ("AIP_CHECKPOINT_DIR",
+                                                     "aip_ckpt"),
+                    ("AIP_TENSORBOARD_LOG_DIR", "aip_tb")):
+    monkeypatch.setenv(name, str(tmp_path / sub))
+  flag_values = flags.FlagValues()
+  cli.define_config_flags(flag_values=flag_values)
+  flag_values([
+      "trainer.main", f"--flagfile={ROOT}/flags/demo_quick.flags",
+      "--train_steps=10", f"--model_dir={tmp_path}/run",
+      f"--demo_cache_dir={demo_paths['root']}"
+  ])
+  c = cli.config_from_flags(flag_values)
+  assert (c.checkpoint_dir, c.summary_dir,
+          c.export_base_dir) == (str(tmp_path / "aip_ckpt"),
+                                 str(tmp_path / "aip_tb"),
+                                 str(tmp_path / "aip_model"))
+  train_lib.run(c)
+  assert tf.train.latest_checkpoint(str(tmp_path /
+                                        "aip_ckpt")).endswith("ckpt-10")
+  assert tf.io.gfile.glob(str(tmp_path / "aip_tb" / "train" / "events*"))
+  assert (tmp_path / "aip_model" / "10" / "saved_model.pb").exists()
+  assert sorted(os.listdir(tmp_path / "run")) == [
+      "config.json", "data_stats.json", "summary.json", "train.log"
+  ]

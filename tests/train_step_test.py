@@ -10,6 +10,7 @@ from trainer.model import classifier as model_lib
 from trainer.model import optimization
 from trainer.data import preprocessing
 from trainer.loop import train_step
+from trainer.base import metrics
 
 SEQ, BATCH = 16, 8
 TEXTS = [
@@ -350,3 +351,27 @@ def test_regression_eval_gathers_every_prediction_even_of_an_empty_split(
   empty = loop(two.experimental_distribute_dataset(dataset.take(0)))
   assert [empty[k].shape for k in train_step.GATHERED] == [[0]] * 3
   assert float(empty["weight_sum"]) == 0.0 and float(empty["loss_sum"]) == 0.0
+
+
+def test_eval_step_counts_match_the_host_metrics(no_dropout_encoder):
+  """The replica's confusion and PR histograms (float32 sums of weights)
+  equal the NumPy ones of the same probabilities; padding counts nothing."""
+  encoder = tf.saved_model.load(no_dropout_encoder)
+  model = model_lib.Classifier(encoder, 2, 0.0, seed=3)
+  rng = np.random.default_rng(0)
+  batch = dict(
+      input_word_ids=tf.constant(rng.integers(5, 60, [24, 16]), tf.int32),
+      input_mask=tf.ones([24, 16], tf.int32),
+      input_type_ids=tf.zeros([24, 16], tf.int32),
+      label=tf.constant(rng.integers(0, 2, [24]), tf.int32),
+      weight=tf.constant([1.0] * 20 + [0.0] * 4))
+  out = train_step.make_eval_step(model, 2)(batch)
+  probabilities = tf.nn.softmax(
+      model(train_step.encoder_inputs(batch), training=False)).numpy()[:20]
+  labels = batch["label"].numpy()[:20]
+  host = metrics.classification_metrics(labels, probabilities, ["a", "b"])
+  assert out["confusion"].numpy().tolist() == host["confusion_matrix"]
+  positive, negative = metrics.pr_histograms(labels, probabilities[:, 1])
+  assert out["positive_histogram"].numpy().tolist() == positive.tolist()
+  assert out["negative_histogram"].numpy().tolist() == negative.tolist()
+  assert float(out["weight_sum"]) == 20.0

@@ -2,11 +2,15 @@
 
 The Python API, for notebooks (Colab) where absl flags are not parsed:
 
-    from trainer import Config, fit
+    from trainer import Config, fit, export, predict, evaluate
     summary = fit(Config(model_dir="/tmp/demo"))   # the embedded demo
+    export_dir = export("/tmp/demo")               # again, from the run folder
+    rows = list(predict(summary["export_dir"], ["what a day"]))
+    metrics = evaluate(Config(model_dir="/tmp/demo"), split="validation")
 
-`fit` runs exactly what `python -m trainer.main` runs with the Config's
-fields as flags and returns the dict it writes to summary.json.
+Each does what the command of the same name (`python -m trainer.main`,
+`trainer.export`, `trainer.predict`, `trainer.evaluate`) does with those
+values as its flags.
 """
 
 import sys
@@ -30,7 +34,16 @@ def __getattr__(name):
   if name == "fit":
     from trainer.loop import train_lib  # pylint: disable=g-import-not-at-top
     return train_lib.fit
+  if name == "export":
+    from trainer.serving import export  # pylint: disable=g-import-not-at-top
+    return export.export_run
+  if name == "predict":
+    from trainer.serving import predict  # pylint: disable=g-import-not-at-top
+    return predict.predict
+  if name == "evaluate":
+    from trainer.serving import evaluate  # pylint: disable=g-import-not-at-top
+    return evaluate.evaluate
   raise AttributeError(f"module 'trainer' has no attribute {name!r}")
 
 
-__all__ = ["Config", "fit"]
+__all__ = ["Config", "fit", "export", "predict", "evaluate"]

@@ -12,6 +12,7 @@ import re
 
 from trainer.base import config as config_lib
 from trainer.base import errors
+from trainer.base import tasks
 
 FIELDS = config_lib.FIELDS
 
@@ -109,15 +110,15 @@ def _check_labels(c):
     except LookupError:
       _fail("encoding", c.encoding, "not a codec Python knows (e.g. utf-8, "
             "iso-8859-1)")
-  if len(c.class_names()) != c.num_classes:
+  if len(tasks.class_names(c.label_names, c.num_classes)) != c.num_classes:
     _fail("label_names", c.label_names, f"give {c.num_classes} comma-"
           "separated names, one per class")
   try:
-    label_map = c.label_map_for()
+    label_map = tasks.label_map(c.label_map, c.num_classes)
   except ValueError as e:
     _fail("label_map", c.label_map, f"{e}; write it as raw:class pairs, e.g. "
           "0:0,4:1")
-  if c.regression and c.label_map:
+  if c.num_classes == 1 and c.label_map:
     _fail(
         "label_map", c.label_map, "a regression (--num_classes=1) reads "
         "its labels as numbers; leave --label_map unset")
@@ -125,7 +126,7 @@ def _check_labels(c):
   if bad:
     _fail("label_map", c.label_map, f"class ids {bad} are outside "
           f"[0, --num_classes={c.num_classes})")
-  if c.source_kind == "tfds" and any(
+  if tasks.source_kind(c) == "tfds" and any(
       not re.fullmatch(r"[+-]?\d+", k) for k in label_map):
     _fail("label_map", c.label_map, "TFDS labels are class ids; map ids "
           "(e.g. 1:0,0:1), not names")
@@ -138,10 +139,10 @@ def _check_task(c):
       _fail(flag, getattr(c, flag), "give one field, or two for a sentence "
             "pair")
   try:
-    reported = ("loss",) + c.metrics()
+    reported = ("loss",) + tasks.resolve(c).metrics
   except ValueError as e:
     _fail("eval_metrics", c.eval_metrics, str(e))
-  if not c.regression:
+  if c.num_classes != 1:
     reported += ("accuracy",) * ("accuracy" not in reported)
   reported += (
       "mismatched_accuracy",) if c.tfds_name.startswith("glue/mnli") else ()

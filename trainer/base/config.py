@@ -4,14 +4,14 @@ Each field is a flag of the same name: its default, help text, choices and
 simple rule live here, with the field (`trainer.cli` makes the absl flags
 from them). `complete()` fills what the user left unset (Vertex AI's output
 locations, a known task's classes and metrics, the demo's defaults);
-`trainer.checks` validates a Config. No TensorFlow at import time, so
+`trainer.checks` validates a Config; `tasks.resolve` derives what the run
+learns from it. No TensorFlow at import time, so
 `--help` stays fast.
 """
 
 import dataclasses
 import math
 import os
-import re
 
 from absl import logging
 
@@ -27,7 +27,6 @@ PRECISIONS = ("float32", "bfloat16", "float16", "auto")
 POOLINGS = ("cls", "mean")
 EARLY_STOPPING_METRICS = ("eval/loss",) + tuple(
     f"eval/{m}" for m in tasks.METRICS + ("mismatched_accuracy",))
-SENTIMENT140_LABEL_MAP = {"0": 0, "4": 1}
 ConfigError = errors.ConfigError
 
 # Vertex AI sets these for custom jobs; they are the defaults of the flags.
@@ -254,83 +253,13 @@ class Config:
     import json  # pylint: disable=g-import-not-at-top
     return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
 
-  @property
-  def source_kind(self):
-    if self.train_file:
-      return "file"
-    if self.tfds_name:
-      return "tfds"
-    return "demo"
 
-  @property
-  def is_demo(self):
-    return self.encoder_handle == DEMO and self.source_kind == "demo"
-
-  @property
-  def regression(self):
-    return self.num_classes == 1
-
-  @property
-  def pairs(self):
-    """Whether examples are sentence pairs (two text fields)."""
-    if self.source_kind == "tfds":
-      return "," in (self.text_key or self.tfds_defaults()[0])
-    return "," in self.text_column  # files (also trainer.evaluate's)
-
-  def tfds_defaults(self):
-    """(text_key, label_key) of --tfds_name's task (text, label if not
-    known)."""
-    task = tasks.tfds_task(self.tfds_name)
-    return (task.text_keys, task.label_key) if task else ("text", "label")
-
-  def hidden_test_labels(self):
-    task = tasks.tfds_task(self.tfds_name)
-    return bool(task and task.hidden_test_labels)
-
-  def metrics(self):
-    """The metrics evals report beside loss (`tasks.parse_metrics`)."""
-    return tasks.parse_metrics(
-        self.eval_metrics or tasks.default_metrics(self.num_classes),
-        self.num_classes)
-
-  def label_map_for(self, sentiment140=False):
-    """The raw-label -> class-id map ({} for regression): --label_map, else
-    0:0,4:1 for Sentiment140 (TFDS, or a file in its layout), else the
-    identity; raw labels as strings ("4", "entailment")."""
-    if self.label_map:
-      return parse_label_map(self.label_map)
-    if self.regression:
-      return {}
-    if sentiment140 or (self.source_kind == "tfds" and
-                        self.tfds_name.startswith("sentiment140")):
-      return dict(SENTIMENT140_LABEL_MAP)
-    return {str(i): i for i in range(self.num_classes)}
-
-  def class_names(self):
-    if self.label_names:
-      return [n.strip() for n in self.label_names.split(",")]
-    if self.regression:
-      return ["score"]
-    if self.num_classes == 2:
-      return ["negative", "positive"]
-    return [f"class_{i}" for i in range(self.num_classes)]
+def is_demo(c):
+  """The embedded demo: the demo encoder and the demo text set."""
+  return c.encoder_handle == DEMO and tasks.source_kind(c) == "demo"
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(Config)}
-
-
-def parse_label_map(spec):
-  """'0:0,4:1' -> {"0": 0, "4": 1}, 'no:0,yes:1' -> {"no": 0, "yes": 1}
-  (an integer raw label in its canonical digits); ValueError on a malformed
-  spec."""
-  mapping = {}
-  for item in spec.split(","):
-    raw, sep, cls = item.strip().rpartition(":")
-    if not sep or not raw.strip():
-      raise ValueError(f"label map entry {item!r} is not of the form raw:class")
-    raw = raw.strip()
-    mapping[str(int(raw)) if re.fullmatch(r"[+-]?\d+", raw) else raw] = int(cls)
-  return mapping
 
 
 def changed_fields(c):
@@ -359,14 +288,15 @@ def complete(c, given=None, environ=None):
     if name not in given and environ.get(env):
       values[name] = environ[env]
       logging.info("--%s from Vertex AI's %s: %s", name, env, values[name])
-  task = tasks.tfds_task(c.tfds_name) if c.source_kind == "tfds" else None
+  task = tasks.tfds_task(
+      c.tfds_name) if tasks.source_kind(c) == "tfds" else None
   if task:
     values.update({
         k: getattr(task, "metrics" if k == "eval_metrics" else k)
         for k in tasks.TASK_FIELDS
         if k not in given
     })
-  if c.is_demo:
+  if is_demo(c):
     applied = {k: v for k, v in DEMO_DEFAULTS.items() if k not in given}
     values.update(applied)
     logging.info(

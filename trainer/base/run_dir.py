@@ -1,6 +1,6 @@
 """A run's folder: where everything goes, and its small JSON files.
 
-`Locations` is resolved once from the Config (`--checkpoint_dir`,
+`Locations` is resolved once from the flags (`--checkpoint_dir`,
 `--summary_dir`, `--export_base_dir`, each defaulting under `model_dir`;
 Vertex AI's AIP_* variables became those flags' values in
 `config.complete`). Non-chief workers of a multi-worker job get a private
@@ -74,10 +74,10 @@ def _under(model_dir, checkpoints="", summaries="", export=""):
       export=export or os.path.join(model_dir, "export"))
 
 
-def locations(c):
-  """The Locations of Config `c` (--checkpoint_dir, --summary_dir,
-  --export_base_dir, or their defaults under --model_dir)."""
-  return _under(c.model_dir, c.checkpoint_dir, c.summary_dir, c.export_base_dir)
+def locations(model_dir, checkpoint_dir="", summary_dir="", export_base_dir=""):
+  """The Locations of a run in `model_dir`: --checkpoint_dir, --summary_dir,
+  --export_base_dir, or ('') their defaults under it."""
+  return _under(model_dir, checkpoint_dir, summary_dir, export_base_dir)
 
 
 def for_worker(model_dir, task_id):

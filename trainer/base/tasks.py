@@ -1,12 +1,20 @@
-"""What each known task is: its fields, classes and the metrics it is judged by.
+"""What a run learns, resolved once: `resolve(config) -> Task`.
 
-A TFDS dataset named here gets its text and label features, class count,
-class names and eval metrics by default (flags the user sets win). GLUE's
-test splits hide their labels (-1), so they are never evaluated. No
-TensorFlow at import time (`trainer.config` uses this).
+A `Task` is what every part of a run reads about the problem: where the
+examples come from, their text fields (one, or two for a sentence pair) and
+label field, the classes and their names, the metrics evals report, and
+whether the test split hides its labels. It is a pure function of the
+flags (nothing is read), resolved once by the command that runs and saved
+in the run's config.json.
+
+Known TFDS datasets (`TFDS_TASKS`) bring their fields, class count, class
+names and eval metrics by default (flags the user sets win:
+`config.complete`). GLUE's test splits hide their labels (-1), so they are
+never evaluated. No TensorFlow at import time.
 """
 
 import dataclasses
+import re
 
 # What an eval can report (`--eval_metrics`, `eval/<metric>`); loss is
 # always reported. Higher is better for all of them.
@@ -16,7 +24,7 @@ METRICS = CLASSIFICATION_METRICS + REGRESSION_METRICS
 
 
 @dataclasses.dataclass(frozen=True)
-class Task:
+class KnownTask:
   """A TFDS dataset's defaults: `text_keys` one or two features (a pair);
   `num_classes` 1 for regression."""
 
@@ -38,19 +46,19 @@ def _glue(text_keys,
           metrics="accuracy",
           num_classes=2,
           splits=_GLUE_SPLITS):
-  return Task(text_keys, "label", num_classes, label_names, metrics, True,
-              splits)
+  return KnownTask(text_keys, "label", num_classes, label_names, metrics, True,
+                   splits)
 
 
 TFDS_TASKS = {
     "sentiment140":
-        Task("text", "polarity", 2, "negative,positive"),
+        KnownTask("text", "polarity", 2, "negative,positive"),
     "imdb_reviews":
-        Task("text", "label", 2, "negative,positive"),
+        KnownTask("text", "label", 2, "negative,positive"),
     "yelp_polarity_reviews":
-        Task("text", "label", 2, "negative,positive"),
+        KnownTask("text", "label", 2, "negative,positive"),
     "ag_news_subset":
-        Task("description", "label", 4, "World,Sports,Business,Sci/Tech"),
+        KnownTask("description", "label", 4, "World,Sports,Business,Sci/Tech"),
     "glue/cola":
         _glue("sentence", "unacceptable,acceptable", "mcc"),
     "glue/sst2":
@@ -82,7 +90,8 @@ TASK_FIELDS = ("num_classes", "label_names", "eval_metrics")
 
 
 def tfds_task(tfds_name):
-  """The Task of a TFDS name (a version after ':' is ignored), or None."""
+  """The KnownTask of a TFDS name (a version after ':' is ignored), or
+  None."""
   return TFDS_TASKS.get(tfds_name.split(":")[0])
 
 
@@ -105,3 +114,116 @@ def parse_metrics(spec, num_classes):
   if "f1" in names and num_classes != 2:
     raise ValueError("f1 (of class 1) needs --num_classes=2")
   return names
+
+
+SENTIMENT140_LABEL_MAP = {"0": 0, "4": 1}
+
+
+def source_kind(c):
+  """Where the examples of Config `c` come from: "file", "tfds" or "demo"."""
+  if c.train_file:
+    return "file"
+  if c.tfds_name:
+    return "tfds"
+  return "demo"
+
+
+def class_names(label_names, num_classes):
+  """--label_names as a tuple; by default negative,positive for two
+  classes, score for a regression, class_<i> otherwise."""
+  if label_names:
+    return tuple(n.strip() for n in label_names.split(","))
+  if num_classes == 1:
+    return ("score",)
+  if num_classes == 2:
+    return ("negative", "positive")
+  return tuple(f"class_{i}" for i in range(num_classes))
+
+
+def parse_label_map(spec):
+  """'0:0,4:1' -> {"0": 0, "4": 1}, 'no:0,yes:1' -> {"no": 0, "yes": 1}
+  (an integer raw label in its canonical digits); ValueError on a malformed
+  spec."""
+  mapping = {}
+  for item in spec.split(","):
+    raw, sep, cls = item.strip().rpartition(":")
+    if not sep or not raw.strip():
+      raise ValueError(f"label map entry {item!r} is not of the form raw:class")
+    raw = raw.strip()
+    mapping[str(int(raw)) if re.fullmatch(r"[+-]?\d+", raw) else raw] = int(cls)
+  return mapping
+
+
+def label_map(spec, num_classes, sentiment140=False):
+  """The raw-label -> class-id map ({} for regression): `spec` (--label_map)
+  when given, else 0:0,4:1 for Sentiment140 (TFDS, or a file in its
+  layout), else the identity; raw labels as strings ("4", "entailment")."""
+  if spec:
+    return parse_label_map(spec)
+  if num_classes == 1:
+    return {}
+  if sentiment140:
+    return dict(SENTIMENT140_LABEL_MAP)
+  return {str(i): i for i in range(num_classes)}
+
+
+def _fields(spec):
+  return tuple(f.strip() for f in spec.split(","))
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """What a run learns, resolved from its flags (`resolve`).
+
+  `text_fields`: the TFDS features (`--text_key`, or the dataset's) or the
+  file columns (`--text_column`): one, or two for a sentence pair.
+  `num_classes` 1 is a regression (float labels, one output).
+  """
+
+  source: str
+  num_classes: int
+  class_names: tuple
+  metrics: tuple
+  text_fields: tuple = ("text",)
+  label_field: str = "label"
+  hidden_test_labels: bool = False
+
+  @property
+  def regression(self):
+    return self.num_classes == 1
+
+  @property
+  def pairs(self):
+    """Whether examples are sentence pairs (two text fields)."""
+    return len(self.text_fields) == 2
+
+  def to_json(self):
+    """What config.json records as the run's task."""
+    return dataclasses.asdict(self)
+
+
+def resolve(c, source=None):
+  """The Task of Config `c` (completed: a known task's defaults filled in);
+  `source` overrides where the examples come from (a labelled file scored
+  whole is read by its columns, whatever the run trained on).
+
+  Raises:
+    ValueError: --eval_metrics names a metric this kind of task cannot
+      report (`parse_metrics`).
+  """
+  source = source or source_kind(c)
+  known = tfds_task(c.tfds_name) if source == "tfds" else None
+  if source == "tfds":
+    text = c.text_key or (known.text_keys if known else "text")
+    label = c.label_key or (known.label_key if known else "label")
+  else:
+    text, label = c.text_column, c.label_column
+  return Task(
+      source=source,
+      num_classes=c.num_classes,
+      class_names=class_names(c.label_names, c.num_classes),
+      metrics=parse_metrics(
+          c.eval_metrics or default_metrics(c.num_classes), c.num_classes),
+      text_fields=_fields(text),
+      label_field=label,
+      hidden_test_labels=bool(known and known.hidden_test_labels))

@@ -1,12 +1,16 @@
-"""What happens between training loops (Orbit's `actions` style).
+"""What happens between training loops (Orbit's `actions`).
 
-Each action is a small object the loop calls at a loop boundary: the stop
-signals (preemption), the progress line and bar, the train summaries, the
-profiler, and the evaluator with its best-checkpoint keeper. None of them
-runs inside a compiled loop.
+Every train action is a callable of one shape, `action(output)`, called by
+`controller.train` with each loop's `LoopOutput`: the progress line and bar
+(`Progress`), the train summaries (`TrainSummaries`), the eval every N steps
+(`EvalEvery`), the checkpoints every N steps (`SaveCheckpoints`) and the
+stop on SIGTERM/SIGINT (`StopOnSignal`). An eval has followers of its own,
+each `follower(step, metrics)`: the log line (`log_eval`), the eval summaries
+(`EvalSummaries`), the best checkpoint (`BestCheckpoint`) and early stopping
+(`EarlyStopping`, which raises `controller.StopTraining`); `Evaluations`
+runs them, once per step. None of them runs inside a compiled loop.
 """
 
-import math
 import os
 import signal
 import sys
@@ -21,6 +25,7 @@ import tqdm.contrib
 from trainer.base import errors
 from trainer.base import run_dir
 from trainer.base import summaries
+from trainer.loop import controller
 
 
 class StopSignals:
@@ -60,6 +65,20 @@ class StopSignals:
           "again to resume")
 
 
+class StopOnSignal:
+  """After each loop: a signal that arrived (`StopSignals`) saves the
+  state's checkpoint at that step and raises `Preempted` (exit code 75)."""
+
+  def __init__(self, signals, state):
+    self.signals, self.state = signals, state
+
+  def __call__(self, output):
+    self.check(output.step)
+
+  def check(self, step):
+    self.signals.check(self.state, step)
+
+
 class Progress:
   """The progress of a run: a greppable log line at every loop boundary
   and, on an interactive terminal, a tqdm bar redrawn in place below the
@@ -87,6 +106,10 @@ class Progress:
     eta = time.strftime("%H:%M:%S", time.gmtime(max(left, 0)))
     return (f"step {step}/{self.total} loss {loss:.4f} lr {lr:.3g} "
             f"{examples_per_second:.1f} examples/s ETA {eta}")
+
+  def __call__(self, output):
+    self.update(output.step, output.loss, output.learning_rate,
+                output.examples_per_second)
 
   def update(self, step, loss, lr, examples_per_second):
     logging.info(self.line(step, loss, lr, examples_per_second))
@@ -120,58 +143,117 @@ def write_scalars(writer, step, scalars):
       tf.summary.scalar(tag, value)
 
 
-class Profiler:
-  """--profile_steps: a TensorBoard profile of training steps FIRST..LAST.
+class TrainSummaries:
+  """Each loop's `train/loss`, `train/learning_rate`, `train/grad_norm`,
+  `train/examples_per_second` (and float16's loss scale) at its last step."""
 
-  Started before the loop that runs step FIRST and stopped after the loop
-  that runs step LAST (the plan cuts loops there), so the trace holds
-  exactly those steps, written under `logdir`/plugins/profile/.
+  def __init__(self, writer):
+    self.writer = writer
+
+  def __call__(self, output):
+    scalars = {
+        "train/loss": output.loss,
+        "train/learning_rate": output.learning_rate,
+        "train/grad_norm": output.grad_norm,
+        "train/examples_per_second": output.examples_per_second
+    }
+    scalars.update(output.scalars)
+    write_scalars(self.writer, output.step, scalars)
+
+
+class SaveCheckpoints:
+  """A checkpoint after each loop that ends where `due(step)` says."""
+
+  def __init__(self, due, save):
+    self.due, self.save = due, save
+
+  def __call__(self, output):
+    if self.due(output.step):
+      self.save(output.step)
+
+
+class Evaluations:
+  """Evaluates (`evaluate()` -> a metrics dict) and hands the metrics to
+  each follower, at most once per step: the final eval reuses the last
+  loop's when they coincide."""
+
+  def __init__(self, evaluate, followers=()):
+    self.evaluate, self.followers = evaluate, list(followers)
+    self._done = {}  # step -> metrics
+
+  def at(self, step):
+    """The metrics at `step` (the followers see them once)."""
+    if step not in self._done:
+      self._done[step] = self.evaluate()
+      for follower in self.followers:
+        follower(step, self._done[step])
+    return self._done[step]
+
+
+class EvalEvery:
+  """An eval after each loop that ends where `due(step)` says."""
+
+  def __init__(self, due, evaluations):
+    self.due, self.evaluations = due, evaluations
+
+  def __call__(self, output):
+    if self.due(output.step):
+      self.evaluations.at(output.step)
+
+
+def log_eval(step, metrics):
+  """`eval at step N: accuracy ... loss ... over E examples`."""
+  logging.info(
+      "eval at step %d: %s over %d examples", step,
+      ", ".join(f"{k} {v:.4f}" for k, v in scalar_metrics(metrics).items()),
+      metrics["examples"])
+
+
+class EvalSummaries:
+  """Each eval's `eval/<metric>` scalars (loss, accuracy, the task's
+  --eval_metrics, MNLI's mismatched_*), the confusion matrix image and (two
+  classes) the PR curve."""
+
+  def __init__(self, writer, class_names):
+    self.writer, self.class_names = writer, class_names
+
+  def __call__(self, step, metrics):
+    write_scalars(self.writer, step, {
+        f"eval/{k}": v for k, v in scalar_metrics(metrics).items()
+    })
+    if "confusion" in metrics:
+      summaries.write_eval_pictures(self.writer, step, metrics["confusion"],
+                                    self.class_names, metrics.get("histograms"))
+
+
+class BestCheckpoint:
+  """Keeps the best checkpoint by an eval metric apart from the rolling ones
+  (in `directory`, prefix `best`), and counts the evals since it.
+
+  Its state (best value and step, evals since) lives in
+  <directory>/best.json, so a resumed run keeps counting where it stopped.
   """
 
-  def __init__(self, window, logdir):
-    self.window, self.logdir = window, logdir
-    self.active = False
-
-  def before_loop(self, step):
-    """`step`: steps done before the loop; its first is step + 1."""
-    if self.window and not self.active and (self.window[0] - 1 <= step <
-                                            self.window[1]):
-      tf.profiler.experimental.start(self.logdir)
-      self.active = True
-      logging.info("Profiling steps %d..%d into %s/plugins/profile", step + 1,
-                   self.window[1], self.logdir)
-
-  def after_loop(self, stop):
-    if self.active and stop >= self.window[1]:
-      self.close()
-
-  def close(self):
-    if self.active:
-      tf.profiler.experimental.stop()
-      self.active = False
-
-
-class BestKeeper:
-  """Keeps the best checkpoint by an eval metric apart from the rolling ones,
-  and counts evals without improvement for early stopping.
-
-  State (best value and step, evals since) lives in <directory>/best.json,
-  so a resumed run keeps counting where it stopped.
-  """
-
-  def __init__(self, directory, checkpoint, options, metric, patience):
-    self.directory, self.options = directory, options
+  def __init__(self, directory, checkpoint, options, metric):
+    self.directory, self.options, self.metric = directory, options, metric
     self.key = metric.split("/", 1)[-1]  # "eval/loss" -> "loss"
     self.lower_is_better = self.key.endswith("loss")
-    self.patience = patience
     self.manager = tf.train.CheckpointManager(
         checkpoint, directory, max_to_keep=1, checkpoint_name="best")
     self.path = os.path.join(directory, "best.json")
     self.state = run_dir.read_json(self.path) or dict(
         value=None, step=None, evals_since_best=0)
 
-  def update(self, metrics, step):
-    """Records an eval; returns True when early stopping should stop."""
+  @property
+  def step(self):
+    """The best checkpoint's step (None before the first eval)."""
+    return self.state["step"]
+
+  @property
+  def latest(self):
+    return self.manager.latest_checkpoint
+
+  def __call__(self, step, metrics):
     value = metrics[self.key]
     best = self.state["value"]
     better = best is None or (value < best
@@ -182,43 +264,21 @@ class BestKeeper:
     else:
       self.state["evals_since_best"] += 1
     run_dir.write_json(self.path, self.state)
-    return bool(self.patience and
-                self.state["evals_since_best"] >= self.patience)
 
 
-class Evaluator:
-  """Evaluates on the validation split between loops and at the end.
+class EarlyStopping:
+  """Stops training (`controller.StopTraining`) after `patience` evals in a
+  row without a better value of `best`'s metric (0 = never); follows
+  `best` (a `BestCheckpoint`), which counts them."""
 
-  Logs the metrics, writes each as `eval/<name>` (loss, accuracy, the
-  task's --eval_metrics, MNLI's mismatched_*), the confusion matrix image
-  and (two classes) the PR curve, and hands the metrics to the best
-  keeper. The same step is never evaluated twice (the final eval
-  reuses the last loop's when they coincide).
-  """
+  def __init__(self, best, patience):
+    self.best, self.patience = best, patience
 
-  def __init__(self, evaluate, writer, best, class_names):
-    """`evaluate()` -> `train_step.evaluate`'s dict, on validation."""
-    self._evaluate, self.writer, self.best = evaluate, writer, best
-    self.class_names = class_names
-    self._done = {}  # step -> (metrics, stop)
-
-  def __call__(self, step):
-    """Returns (metrics, whether early stopping says stop)."""
-    if step not in self._done:
-      metrics = self._evaluate()
-      scalars = scalar_metrics(metrics)
-      logging.info("eval at step %d: %s over %d examples", step,
-                   ", ".join(f"{k} {v:.4f}" for k, v in scalars.items()),
-                   metrics["examples"])
-      write_scalars(self.writer, step, {
-          f"eval/{k}": v for k, v in scalars.items()
-      })
-      if "confusion" in metrics:
-        summaries.write_eval_pictures(self.writer, step,
-                                      metrics["confusion"], self.class_names,
-                                      metrics.get("histograms"))
-      self._done[step] = (metrics, self.best.update(metrics, step))
-    return self._done[step]
+  def __call__(self, step, metrics):
+    del step, metrics  # counted by the best checkpoint, which runs first
+    if self.patience and self.best.state["evals_since_best"] >= self.patience:
+      raise controller.StopTraining(
+          f"no better {self.best.metric} in {self.patience} evals")
 
 
 def scalar_metrics(metrics):
@@ -226,15 +286,3 @@ def scalar_metrics(metrics):
   the losses last."""
   scalars = [(k, v) for k, v in metrics.items() if isinstance(v, float)]
   return dict(sorted(scalars, key=lambda kv: kv[0].endswith("loss")))
-
-
-def throughput(loop_times):
-  """Examples per second over the loops after the first (which traces);
-  `loop_times` holds (examples, seconds) per loop."""
-  timed = loop_times[1:] or loop_times
-  seconds = sum(s for _, s in timed)
-  return sum(e for e, _ in timed) / seconds if seconds else None
-
-
-def finite(*values):
-  return all(math.isfinite(v) for v in values)

@@ -1,12 +1,14 @@
-"""Launching a run: `setup(config) -> Run`, everything resolved once.
+"""Launching a run: `setup(config) -> Job`, everything resolved once.
 
-`setup` resolves the strategy and this process's role, the run's locations
-and its lock, whether the flags may resume what model_dir holds, the
-handles and how they compute, the data and its counts, the step plan, and
+`setup` resolves, in this order: the strategy and this process's role, the
+run's record (`Run`: its config, task, locations, lock and log), whether
+the flags may resume what model_dir holds, the handles and how they
+compute (`precision.Route`), the data and its counts, the step plan, and
 the training state restored from the newest intact checkpoint (the restore
 order: `checkpoints.resume_point`, else the pretrained encoder from its
-handle with a fresh head), and hands out a `Run` for `train_lib.train` and
-`train_lib.finish`.
+handle with a fresh head). It then builds what runs: the trainer object,
+the evaluator, and the between-loop actions, and hands them out as a `Job`
+for `controller.train` and `train_lib.finish`.
 """
 
 import dataclasses
@@ -15,27 +17,33 @@ from absl import logging
 import tensorflow as tf
 
 from trainer.base import checks
-from trainer.loop import actions
-from trainer.model import checkpoints
 from trainer.base import config as config_lib
 from trainer.base import distribute
 from trainer.base import errors
 from trainer.base import host
-from trainer.data import input_pipeline
 from trainer.base import logs
-from trainer.model import classifier as model_lib
-from trainer.model import optimization
-from trainer.loop import plan as plan_lib
-from trainer.model import precision as precision_lib
-from trainer.data import preprocessing
 from trainer.base import run_dir
-from trainer.model import train_state
+from trainer.base import tasks
+from trainer.data import input_pipeline
+from trainer.data import preprocessing
+from trainer.data import splits as splits_lib
+from trainer.loop import actions
+from trainer.loop import faults
+from trainer.loop import plan as plan_lib
 from trainer.loop import train_step
+from trainer.loop import trainer as trainer_lib
+from trainer.model import checkpoints
+from trainer.model import classifier as model_lib
+from trainer.model import demo
+from trainer.model import optimization
+from trainer.model import precision as precision_lib
+from trainer.model import train_state
 
 
 @dataclasses.dataclass
 class Run:
-  """Everything `setup` resolved for one run of one process.
+  """A run's record: its config and task, where it writes, and what it
+  holds while it runs.
 
   `out` is where this process writes: the run's Locations for the chief, a
   private folder for other workers of a multi-worker job (their saves are
@@ -44,21 +52,10 @@ class Run:
   """
 
   config: config_lib.Config
-  strategy: tf.distribute.Strategy
+  task: tasks.Task
   chief: bool
   shared: run_dir.Locations
   out: run_dir.Locations
-  route: precision_lib.Route
-  splits: dict
-  counts: dict
-  packer: object
-  plan: plan_lib.Plan
-  state: train_state.TrainState
-  train_loop: object
-  eval_loop: object
-  evaluator: actions.Evaluator
-  writers: dict
-  start_step: int
   lock: object = None
   log: object = None
 
@@ -74,48 +71,34 @@ class Run:
         self.lock.__exit__(None, None, None)
         self.lock = None
 
-  def eval_data(self, name):
-    """The distributed eval stream of split `name` (every row once)."""
-    ds = input_pipeline.eval_dataset(
-        self.splits[name], self.packer, self.config.eval_batch_size or
-        self.config.batch_size)
-    return self.strategy.experimental_distribute_dataset(ds)
 
-  def train_data(self, position):
-    """The distributed training stream from batch `position` on."""
-    c = self.config
-    ds = input_pipeline.train_dataset(
-        self.splits["train"],
-        self.packer,
-        c.batch_size,
-        self.plan.steps_per_epoch,
-        start_step=position,
-        seed=c.seed,
-        shuffle_buffer=c.shuffle_buffer,
-        read_stripes=c.read_stripes)
-    input_pipeline.check_int_features(ds.element_spec)
-    return iter(self.strategy.experimental_distribute_dataset(ds))
+@dataclasses.dataclass
+class Job:
+  """A run set up: the objects the loop and `finish` use.
 
-  def evaluate(self, name):
-    """The metrics of one pass over split `name` (`train_step.evaluate`)."""
-    return train_step.evaluate(self.eval_loop, self.eval_data(name),
-                               self.config.metrics())
+  `actions` are the train actions in the order they run after each loop
+  (the last one stops on a signal: `stop`); `evaluations` the evals with
+  their followers (log, summaries, best checkpoint, early stopping).
+  """
 
-  def evaluate_validation(self):
-    """Validation's metrics, and beside them those of each other validation
-    split under its prefix (MNLI: `mismatched_accuracy`, ...)."""
-    out = self.evaluate("validation")
-    for name in self.splits:
-      if not name.startswith("validation_"):
-        continue
-      prefix = name.removeprefix("validation_") + "_"
-      extra = self.evaluate(name)
-      out.update({
-          prefix + k: v
-          for k, v in extra.items()
-          if isinstance(v, (int, float))
-      })
-    return out
+  run: Run
+  strategy: tf.distribute.Strategy
+  route: precision_lib.Route
+  plan: plan_lib.Plan
+  counts: dict
+  state: train_state.TrainState
+  trainer: object
+  evaluator: trainer_lib.Evaluator
+  evaluations: actions.Evaluations
+  best: actions.BestCheckpoint
+  actions: list
+  stop: actions.StopOnSignal
+  preprocessor: object
+  writers: dict
+  start_step: int
+
+  def close(self):
+    self.run.close()
 
 
 def _start(c):
@@ -136,7 +119,8 @@ def _start(c):
   strategy = distribute.build_strategy(c.tpu, c.strategy, c.cluster_timeout)
   checks.check_replicas(c, strategy.num_replicas_in_sync)
   chief, task_id = distribute.worker_role(strategy)
-  shared = run_dir.locations(c)
+  shared = run_dir.locations(c.model_dir, c.checkpoint_dir, c.summary_dir,
+                             c.export_base_dir)
   out = shared if chief else run_dir.for_worker(c.model_dir, task_id)
   try:
     tf.io.gfile.makedirs(out.model_dir)
@@ -148,43 +132,77 @@ def _start(c):
   return strategy, chief, shared, out
 
 
-def prepare(c, strategy, encoder):
-  """(the encoder prepared for its Route, the Route) of Config `c` on
-  `strategy`: precision and XLA as `precision.choose` decides."""
+def prepare(strategy, encoder, *, precision, jit_compile, encoder_handle):
+  """(the encoder prepared for its Route, the Route) on `strategy`:
+  precision and XLA as `precision.choose` decides from the flags and the
+  facts (device, CPU, whether the encoder is this project's)."""
   device = distribute.device_kind(strategy)
   facts = dict(
-      jit_compile=c.jit_compile,
+      jit_compile=jit_compile,
       device=device,
       own_encoder=model_lib.is_own_encoder(encoder),
       cpu_flags=host.cpu_flags(),
-      encoder_handle=c.encoder_handle,
+      encoder_handle=encoder_handle,
       xla_cpu_problem=host.xla_cpu_problem)
-  if c.precision == "auto":
+  if precision == "auto":
     route = precision_lib.choose_auto(
         gpu_capability=distribute.gpu_capability() if device == "gpu" else None,
         **facts)
   else:
-    route = precision_lib.choose(c.precision, **facts)
+    route = precision_lib.choose(precision, **facts)
   return model_lib.prepare_encoder(encoder, route, strategy), route
 
 
-def load_model(c, strategy):
+def load_model(c, task, strategy):
   """The handles, checked against each other and the flags, the encoder
   prepared for its route; returns (preprocessor, encoder, route)."""
-  preprocessor, encoder = model_lib.load_checked(c, strategy,
-                                                 distribute.io_device(strategy))
-  encoder, route = prepare(c, strategy, encoder)
+  preprocessor, encoder = model_lib.load_checked(
+      c.encoder_handle,
+      c.preprocessor_handle,
+      strategy,
+      seq_length=c.seq_length,
+      pairs=task.pairs,
+      io_device=distribute.io_device(strategy),
+      demo_cache_dir=c.demo_cache_dir)
+  encoder, route = prepare(
+      strategy,
+      encoder,
+      precision=c.precision,
+      jit_compile=c.jit_compile,
+      encoder_handle=c.encoder_handle)
   logging.info("%s", route.note)
   return preprocessor, encoder, route
 
 
-def _data(c, out):
+def data_spec(c, task):
+  """The DataSpec of Config `c` (the demo's text set built if needed)."""
+  demo_files = ()
+  if task.source == "demo":
+    paths = demo.ensure_assets(c.demo_cache_dir or None)
+    demo_files = (paths["train"], paths["validation"])
+  return splits_lib.from_flags(c, demo_files)
+
+
+def _data(c, task, out):
   """The splits and their row counts (cached in `out`)."""
-  splits = input_pipeline.make_splits(c)
-  counts = input_pipeline.count_splits(splits, c.max_bad_fraction,
-                                       out.data_stats, c.num_classes)
-  input_pipeline.check_counts(splits, counts, c.validation_fraction)
+  splits = splits_lib.make_splits(task, data_spec(c, task))
+  counts = splits_lib.count_splits(splits, c.max_bad_fraction, out.data_stats,
+                                   c.num_classes)
+  splits_lib.check_counts(splits, counts, c.validation_fraction)
   return splits, counts
+
+
+def _plan(c, train_examples):
+  return plan_lib.make_plan(
+      train_examples,
+      c.batch_size,
+      epochs=c.epochs,
+      train_steps=c.train_steps,
+      warmup_fraction=c.warmup_fraction,
+      steps_per_loop=c.steps_per_loop,
+      eval_every=c.eval_every,
+      checkpoint_every=c.checkpoint_every,
+      profile=checks.profile_window(c.profile_steps))
 
 
 def _state(c, strategy, encoder, plan, out, route):
@@ -206,11 +224,12 @@ def _state(c, strategy, encoder, plan, out, route):
       io_device=distribute.io_device(strategy))
 
 
-def _write_config(c, out, plan, strategy, route, layer_rates):
+def _write_config(run, plan, strategy, route, layer_rates):
   run_dir.write_json(
-      out.config_json,
+      run.out.config_json,
       dict(
-          config=dataclasses.asdict(c),
+          config=dataclasses.asdict(run.config),
+          task=run.task.to_json(),
           plan=plan.durations(),
           replicas=strategy.num_replicas_in_sync,
           jit_compile=route.jit_compile,
@@ -237,79 +256,137 @@ def _check_resume(c, shared, out):
       logging.info("Resuming with %s", change)
 
 
-def _build(c, strategy, chief, shared, out):
+def _trainer(c, strategy, state, route, splits, packer, plan, run):
+  """The trainer object: the compiled train loop over the run's data (with
+  NaNs injected where a drill asks, and the profiler around its window)."""
+
+  def dataset(position):
+    ds = input_pipeline.train_dataset(
+        splits["train"],
+        packer,
+        c.batch_size,
+        plan.steps_per_epoch,
+        start_step=position,
+        seed=c.seed,
+        shuffle_buffer=c.shuffle_buffer,
+        read_stripes=c.read_stripes)
+    input_pipeline.check_int_features(ds.element_spec)
+    return iter(strategy.experimental_distribute_dataset(ds))
+
+  loop = train_step.make_train_loop(
+      strategy,
+      train_step.make_train_step(
+          state.model,
+          state.optimizer,
+          c.batch_size,
+          seed=c.seed,
+          jit_compile=route.jit_compile,
+          accumulation_steps=c.grad_accumulation_steps,
+          loss_scale=state.loss_scale))
+  trainer = faults.wrap(trainer_lib.Trainer(state, loop, dataset, c.batch_size))
+  if plan.profile and run.chief:  # a worker's trace would be its own host's
+    trainer = trainer_lib.Profiled(trainer, plan.profile,
+                                   run.out.summary_writer_dir("train"))
+  return trainer
+
+
+def _evaluator(c, strategy, state, task, splits, packer):
+  eval_batch = c.eval_batch_size or c.batch_size
+
+  def dataset(split):
+    return lambda: strategy.experimental_distribute_dataset(
+        input_pipeline.eval_dataset(split, packer, eval_batch))
+
+  return trainer_lib.Evaluator(
+      train_step.make_eval_loop(
+          strategy, train_step.make_eval_step(state.model, c.num_classes),
+          c.num_classes), {
+              name: dataset(split)
+              for name, split in splits.items()
+              if name.startswith("validation") or name == "test"
+          }, task.metrics)
+
+
+def _actions(c, task, run, plan, state, evaluator, signals):
+  """(train actions, evaluations, best checkpoint, signal stop, writers)."""
+  writers = {
+      kind: tf.summary.create_file_writer(run.out.summary_writer_dir(kind))
+      for kind in ("train", "eval")
+  }
+  best = actions.BestCheckpoint(run.out.best, state.checkpoint, state.options,
+                                c.early_stopping_metric)
+  evaluations = actions.Evaluations(evaluator.evaluate, [
+      actions.log_eval,
+      actions.EvalSummaries(writers["eval"], task.class_names), best,
+      actions.EarlyStopping(best, c.early_stopping_patience)
+  ])
+  stop = actions.StopOnSignal(signals or actions.StopSignals(), state)
+  train_actions = [
+      actions.Progress(
+          plan.total_steps,
+          c.batch_size,
+          start=state.step,
+          tty=None if run.chief else False),
+      actions.TrainSummaries(writers["train"]),
+      actions.EvalEvery(plan.eval_due, evaluations),
+      actions.SaveCheckpoints(plan.checkpoint_due, state.save), stop
+  ]
+  return train_actions, evaluations, best, stop, writers
+
+
+def _build(run, strategy, signals):
   """The rest of `setup`, once the run's folder is this process's."""
-  if chief:
-    _check_resume(c, shared, out)
-  preprocessor, encoder, route = load_model(c, strategy)
-  splits, counts = _data(c, out)
-  plan = plan_lib.make_plan(c, counts["train"]["rows_used"])
+  c, task = run.config, run.task
+  if run.chief:
+    _check_resume(c, run.shared, run.out)
+  preprocessor, encoder, route = load_model(c, task, strategy)
+  splits, counts = _data(c, task, run.out)
+  plan = _plan(c, counts["train"]["rows_used"])
   logging.info(
       "Replicas: %d, jit_compile: %s, steps: %d (%d per epoch), warmup: %d",
       strategy.num_replicas_in_sync, route.jit_compile, plan.total_steps,
       plan.steps_per_epoch, plan.warmup_steps)
-  state = _state(c, strategy, encoder, plan, out, route)
-  state.resume(shared.checkpoints, chief)
+  state = _state(c, strategy, encoder, plan, run.out, route)
+  state.resume(run.shared.checkpoints, run.chief)
   _log_layer_rates(state.layer_rates)
-  _write_config(c, out, plan, strategy, route, state.layer_rates)
-  writers = {
-      kind: tf.summary.create_file_writer(out.summary_writer_dir(kind))
-      for kind in ("train", "eval")
-  }
-  run = Run(
-      config=c,
+  _write_config(run, plan, strategy, route, state.layer_rates)
+  packer = preprocessing.make_packer(preprocessor, c.seq_length)
+  evaluator = _evaluator(c, strategy, state, task, splits, packer)
+  train_actions, evaluations, best, stop, writers = _actions(
+      c, task, run, plan, state, evaluator, signals)
+  return Job(
+      run=run,
       strategy=strategy,
-      chief=chief,
-      shared=shared,
-      out=out,
       route=route,
-      splits=splits,
-      counts=counts,
-      packer=preprocessing.make_packer(preprocessor, c.seq_length),
       plan=plan,
+      counts=counts,
       state=state,
-      train_loop=train_step.make_train_loop(
-          strategy,
-          train_step.make_train_step(
-              state.model,
-              state.optimizer,
-              c.batch_size,
-              seed=c.seed,
-              jit_compile=route.jit_compile,
-              accumulation_steps=c.grad_accumulation_steps,
-              loss_scale=state.loss_scale)),
-      eval_loop=train_step.make_eval_loop(
-          strategy, train_step.make_eval_step(state.model, c.num_classes),
-          c.num_classes),
-      evaluator=None,
+      trainer=_trainer(c, strategy, state, route, splits, packer, plan, run),
+      evaluator=evaluator,
+      evaluations=evaluations,
+      best=best,
+      actions=train_actions,
+      stop=stop,
+      preprocessor=preprocessor,
       writers=writers,
       start_step=state.step)
-  best = actions.BestKeeper(out.best, state.checkpoint, state.options,
-                            c.early_stopping_metric, c.early_stopping_patience)
-  run.evaluator = actions.Evaluator(run.evaluate_validation, writers["eval"],
-                                    best, c.class_names())
-  return run
 
 
-def setup(c, command="trainer.main"):
+def setup(c, command="trainer.main", signals=None):
   """Resolves and builds everything for a run of Config `c` (validated).
 
   The chief holds `model_dir` for the run (`run_dir.Lock`, named after
   `command`) and appends the run's log lines to model_dir/train.log: call
-  `Run.close()` (as `run` does) to give both back.
+  `Job.close()` (as `run` does) to give both back. `signals` (an entered
+  `actions.StopSignals`) is what the loop's stop on a signal checks.
   """
   strategy, chief, shared, out = _start(c)
-  lock = log = None
+  run = Run(c, tasks.resolve(c), chief, shared, out)
   if chief:
-    lock = run_dir.Lock(c.model_dir, command).__enter__()
+    run.lock = run_dir.Lock(c.model_dir, command).__enter__()
   try:
-    log = logs.open_run_log(out.log_file) if chief else None
-    run = _build(c, strategy, chief, shared, out)
+    run.log = logs.open_run_log(out.log_file) if chief else None
+    return _build(run, strategy, signals)
   except BaseException:
-    if log:
-      logs.close_run_log(log)
-    if lock:
-      lock.__exit__(None, None, None)
+    run.close()
     raise
-  run.lock, run.log = lock, log
-  return run

@@ -9,7 +9,6 @@ profile edge), and which loop ends with an eval or a checkpoint.
 import dataclasses
 import math
 
-from trainer.base import checks
 from trainer.base import errors
 
 
@@ -60,20 +59,30 @@ class Plan:
     return bool(self.checkpoint_every and stop % self.checkpoint_every == 0)
 
 
-def make_plan(c, train_examples):
-  """The Plan of Config `c` for a training split of `train_examples`."""
-  steps_per_epoch = train_examples // c.batch_size
+def make_plan(train_examples,
+              batch_size,
+              epochs=1.0,
+              train_steps=0,
+              warmup_fraction=0.0,
+              steps_per_loop=1,
+              eval_every=0,
+              checkpoint_every=0,
+              profile=None):
+  """The Plan of a training split of `train_examples` usable examples:
+  `train_steps` steps, or `epochs` passes of examples // batch_size full
+  batches; `profile` is --profile_steps as (first, last) or None."""
+  steps_per_epoch = train_examples // batch_size
   if steps_per_epoch < 1:
     raise errors.TrainingError(
         f"the training split has {train_examples} usable examples, fewer "
-        f"than one global batch (--batch_size={c.batch_size}); lower "
+        f"than one global batch (--batch_size={batch_size}); lower "
         "--batch_size or add data")
-  total = c.train_steps or max(1, int(math.ceil(c.epochs * steps_per_epoch)))
+  total = train_steps or max(1, int(math.ceil(epochs * steps_per_epoch)))
   return Plan(
       steps_per_epoch=steps_per_epoch,
       total_steps=total,
-      warmup_steps=int(round(c.warmup_fraction * total)),
-      steps_per_loop=c.steps_per_loop,
-      eval_every=c.eval_every,
-      checkpoint_every=c.checkpoint_every,
-      profile=checks.profile_window(c.profile_steps))
+      warmup_steps=int(round(warmup_fraction * total)),
+      steps_per_loop=steps_per_loop,
+      eval_every=eval_every,
+      checkpoint_every=checkpoint_every,
+      profile=profile)

@@ -408,3 +408,30 @@ class NativeEncoder(tf.__internal__.tracking.AutoTrackable):
         training=training,
         compute_dtype=self.compute_dtype,
         hashed_dropout=self.hashed_dropout)
+
+  def in_float32(self):
+    """The same encoder (the same variables) computing in float32, its
+    dropout Philox: what an export of a mixed-precision or XLA run
+    serves."""
+    view = NativeEncoder.__new__(NativeEncoder)
+    view.compute_dtype, view.hashed_dropout = "float32", False
+    view.encoder = self.encoder
+    view.variables = self.variables
+    view.trainable_variables = self.trainable_variables
+    view.regularization_losses = []
+    return view
+
+  def host_twin(self):
+    """A float32 encoder of the same config on this host's CPU, its
+    variables in the order of this one's (for a host copy of weights that
+    live on a TPU: `classifier.host_copy`)."""
+    with tf.device("/cpu:0"):
+      fresh = BertEncoder(self.encoder.config)
+    own = {v.name: v for v in fresh.variables}
+    twin = NativeEncoder.__new__(NativeEncoder)
+    twin.compute_dtype, twin.hashed_dropout = "float32", False
+    twin.encoder = fresh
+    twin.variables = [own[v.name] for v in self.variables]
+    twin.trainable_variables = [own[v.name] for v in self.trainable_variables]
+    twin.regularization_losses = []
+    return twin

@@ -21,8 +21,8 @@ with warnings.catch_warnings():
       "ignore", message="pkg_resources is deprecated", category=UserWarning)
   import tensorflow_hub as hub
 
-from trainer.model import bert
 from trainer.base import config as config_lib
+from trainer.model import bert
 from trainer.model import demo
 from trainer.base import errors
 from trainer.data import preprocessing
@@ -86,14 +86,30 @@ def load(encoder_handle,
   return preprocessor, encoder
 
 
-def load_checked(c, strategy, io_device=None):
-  """The handles of Config `c`, loaded (`load`) and checked against each
-  other and --seq_length (`check_fit`): (preprocessor, encoder)."""
-  preprocessor, encoder = load(c.encoder_handle, c.preprocessor_handle,
-                               strategy, io_device, c.demo_cache_dir)
-  check_fit(encoder, preprocessor, c.seq_length, c.preprocessor_handle)
-  if c.pairs:
-    check_pairs(preprocessor, c.preprocessor_handle)
+def load_on_host(encoder_handle, io_device=None, demo_cache_dir=""):
+  """The encoder of `encoder_handle` loaded on this host's CPU."""
+  if encoder_handle == config_lib.DEMO:
+    encoder_handle = demo.ensure_assets(demo_cache_dir or None)["encoder"]
+  with tf.device("/cpu:0"):
+    return load_handle(encoder_handle, "encoder_handle", io_device)
+
+
+def load_checked(encoder_handle,
+                 preprocessor_handle,
+                 strategy,
+                 *,
+                 seq_length,
+                 pairs=False,
+                 io_device=None,
+                 demo_cache_dir=""):
+  """The handles, loaded (`load`) and checked against each other,
+  `seq_length` and, for sentence `pairs`, pair packing (`check_fit`,
+  `check_pairs`): (preprocessor, encoder)."""
+  preprocessor, encoder = load(encoder_handle, preprocessor_handle, strategy,
+                               io_device, demo_cache_dir)
+  check_fit(encoder, preprocessor, seq_length, preprocessor_handle)
+  if pairs:
+    check_pairs(preprocessor, preprocessor_handle)
   return preprocessor, encoder
 
 
@@ -234,6 +250,15 @@ class Classifier(tf.Module):
   def trainable_variables(self):
     return tuple(self.encoder.trainable_variables) + (self.kernel, self.bias)
 
+  def with_encoder(self, encoder):
+    """This classifier's head (the same variables) over `encoder`."""
+    twin = Classifier.__new__(Classifier)
+    tf.Module.__init__(twin, name=self.name)
+    twin.encoder, twin.dropout_rate, twin.pooling = (encoder, self.dropout_rate,
+                                                     self.pooling)
+    twin.kernel, twin.bias = self.kernel, self.bias
+    return twin
+
   def __call__(self, inputs, training=False, dropout_seed=None):
     """Computes logits.
 
@@ -273,3 +298,30 @@ def _dummy_inputs():
       input_word_ids=ones,
       input_mask=ones,
       input_type_ids=tf.zeros([1, 2], tf.int32))
+
+
+def for_serving(model):
+  """The classifier to export: `model` itself, its live weights, computing
+  as its saved encoder does (an encoder rebuilt for XLA or mixed precision,
+  `bert.NativeEncoder`, serves its weights in float32)."""
+  if isinstance(model.encoder, bert.NativeEncoder):
+    return model.with_encoder(model.encoder.in_float32())
+  return model
+
+
+def host_copy(model, encoder):
+  """A classifier on this host holding `model`'s weights (read from
+  wherever they live: a TPU's), over `encoder` (a fresh load of the same
+  handle, or `bert.NativeEncoder`'s rebuild); `encoder.variables` must
+  match `model.encoder.variables` in order and shape."""
+  with tf.device("/cpu:0"):
+    copy = Classifier(
+        encoder,
+        int(model.kernel.shape[1]),
+        model.dropout_rate,
+        pooling=model.pooling)
+    ours = list(encoder.variables) + [copy.kernel, copy.bias]
+    theirs = list(model.encoder.variables) + [model.kernel, model.bias]
+    for mine, live in zip(ours, theirs, strict=True):
+      mine.assign(tf.convert_to_tensor(live))
+  return copy

@@ -93,6 +93,16 @@ class TrainState:
     """Batches consumed from the training stream (steps + skipped)."""
     return self.step + int(self.data_skip.numpy())
 
+  def loss_scale_scalars(self):
+    """float16's loss scale and the steps it skipped so far, as train
+    summaries ({} for the other precisions)."""
+    if self.loss_scale is None:
+      return {}
+    return {
+        "train/loss_scale": float(self.loss_scale.scale.numpy()),
+        "train/skipped_steps": int(self.loss_scale.skipped.numpy())
+    }
+
   def save(self, step):
     return self.manager.save(checkpoint_number=step, options=self.options)
 

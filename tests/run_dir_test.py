@@ -1,64 +1,39 @@
-"""Failures a user can cause: one line, the right exit code, nothing lost.
+"""A run's folder: its locations, atomic JSON, the lock, what a resume may
+change."""
 
-A few drills of benchmarks/failure_drills.py run here as real processes;
-the program runs them all (BUILD_NOTES.md has the table). Below them, the
-pieces alone: the error translation, the model_dir lock, the resume rule,
-TPU addresses.
-"""
-
-import errno
 import json
 import os
 import socket
-import sys
 import time
 
 import pytest
 import tensorflow as tf
 
-from conftest import ROOT
 from trainer.base import config as config_lib
-from trainer.base import distribute
 from trainer.base import errors
 from trainer.base import run_dir
 
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-import failure_drills  # noqa: E402  pylint: disable=g-import-not-at-top
 
-# The drills whose failure only a real process shows (an exit code, a lock
-# between processes, a hang, a changed folder); the binary file and an
-# allowed resume are covered in-process (data_formats_test, main_test).
-QUICK = ("unknown flag", "resume with other num_classes",
-         "second trainer on one model_dir", "multi-worker peer never starts",
-         "TPU address without port", "evaluate with other num_classes")
-
-
-@pytest.fixture(scope="module")
-def drills(tmp_path_factory, demo_paths):
-  return {
-      r.name: r for r in failure_drills.run_drills(
-          QUICK, str(tmp_path_factory.mktemp("drills")), demo_paths["root"])
-  }
+def test_json_state_is_replaced_whole(tmp_path):
+  path = str(tmp_path / "state.json")
+  run_dir.write_json(path, dict(a=1))
+  run_dir.write_json(path, dict(b=[1, 2]))
+  assert os.listdir(tmp_path) == ["state.json"]  # no temporary left
+  assert run_dir.read_json(path) == dict(b=[1, 2])
+  (tmp_path / "broken.json").write_text('{"a": ')
+  assert run_dir.read_json(str(tmp_path / "broken.json")) is None
+  assert run_dir.read_json(str(tmp_path / "missing.json")) is None
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", QUICK)
-def test_drill(drills, name):
-  result = drills[name]
-  assert result.ok, result
-
-
-def test_errors_of_the_environment_become_one_line():
-  missing = errors.translate(
-      tf.errors.NotFoundError(None, None, "/data/x.csv; No such file"))
-  assert str(missing) == ("not found: /data/x.csv; No such file; check the "
-                          "path")
-  full = errors.translate(OSError(errno.ENOSPC, "No space left on device"))
-  assert str(full).startswith("no room to write: ")
-  assert errors.translate(KeyError("a bug of ours")) is None
-  framed = tf.errors.UnavailableError(
-      None, None, "Graph execution error:\n\nDetected at node x\nreal cause")
-  assert "unavailable: real cause;" in str(errors.translate(framed))
+def test_locations():
+  where = run_dir.locations("gs://b/r", summary_dir="gs://b/tb")
+  assert (where.checkpoints, where.best, where.summaries,
+          where.export_dir(7)) == ("gs://b/r/checkpoints",
+                                   "gs://b/r/checkpoints/best", "gs://b/tb",
+                                   "gs://b/r/export/7")
+  worker = run_dir.for_worker("gs://b/r", 2)
+  assert worker.model_dir == "gs://b/r/.worker-2-tmp"
+  assert worker.checkpoints == "gs://b/r/.worker-2-tmp/checkpoints"
 
 
 def test_the_lock_names_its_holder_and_is_released(tmp_path):
@@ -122,19 +97,3 @@ def test_what_a_resume_may_change():
   assert run_dir.check_resume(saved,
                               config_lib.Config(train_steps=20,
                                                 model_dir="/r")) == []
-
-
-@pytest.mark.parametrize("tpu,want", [
-    ("grpc://10.0.0.2", "grpc://10.0.0.2:8470"),
-    ("grpc://10.0.0.2:8470", "grpc://10.0.0.2:8470"),
-    ("grpc://10.0.0.2:", "grpc://10.0.0.2:8470"),
-    ("local", "local"),
-    ("my-tpu", "my-tpu"),
-])
-def test_tpu_addresses_get_the_default_port(tpu, want):
-  assert distribute.tpu_address(tpu) == want
-
-
-def test_a_malformed_tpu_address_is_named():
-  with pytest.raises(errors.StrategyError, match="is not a TPU address"):
-    distribute.tpu_address("grpc://10.0.0.2:84/70")

@@ -1,4 +1,5 @@
-"""trainer.convert_hf against Hugging Face transformers (PyTorch, CPU).
+"""The Hugging Face converter (`trainer.convert_hf`) against transformers
+(PyTorch, CPU).
 
 A small random `BertModel` is built with transformers, saved with
 `save_pretrained` and converted; the TF Hub style encoder must reproduce its
@@ -15,9 +16,10 @@ import pytest
 import tensorflow as tf
 import tensorflow_hub as hub
 
-from conftest import run_module
-from trainer import convert_hf
+from conftest import invoke
 from trainer.data import preprocessing
+from trainer.model import classifier as model_lib
+from trainer.model import hf_import as convert_hf
 
 torch = pytest.importorskip(
     "torch",
@@ -102,10 +104,10 @@ def hf_checkpoint(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def converted(hf_checkpoint, tmp_path_factory):
-  """The checkpoint converted by the real command line."""
+  """The checkpoint converted by the command, as a user runs it."""
   out = str(tmp_path_factory.mktemp("converted"))
-  result = run_module("trainer.convert_hf", f"--hf_dir={hf_checkpoint}",
-                      f"--output_dir={out}")
+  result = invoke("convert_hf", f"--hf_dir={hf_checkpoint}",
+                  f"--output_dir={out}")
   assert result.returncode == 0, result.stdout + result.stderr[-3000:]
   assert f"--encoder_handle={out}/encoder" in result.stdout
   return out
@@ -147,7 +149,6 @@ def test_encoder_matches_transformers(hf_checkpoint, converted):
 
 def test_trainer_loads_the_conversion(converted):
   """The handles load as the trainer loads them, with the right sizes."""
-  from trainer.model import classifier as model_lib  # pylint: disable=g-import-not-at-top
   encoder = model_lib.load_handle(
       os.path.join(converted, "encoder"), "encoder_handle")
   preprocessor = model_lib.load_handle(
@@ -306,8 +307,8 @@ def test_wrong_shapes_are_named(hf_checkpoint, tmp_path):
 
 def test_command_line_error_is_one_line(tmp_path):
   _write_config(str(tmp_path), model_type="distilbert")
-  result = run_module("trainer.convert_hf", f"--hf_dir={tmp_path}",
-                      f"--output_dir={tmp_path / 'out'}")
+  result = invoke("convert_hf", f"--hf_dir={tmp_path}",
+                  f"--output_dir={tmp_path / 'out'}")
   assert result.returncode == 2
   errors = [s for s in result.stderr.splitlines() if s.startswith("error: ")]
   assert len(errors) == 1 and "model_type='distilbert'" in errors[0]

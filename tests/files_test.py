@@ -1,29 +1,22 @@
-"""Real files in every layout, with injected defects that must reconcile."""
+"""Real files in every layout: detection, and injected defects that must
+reconcile; files as people ship them (gzip, a byte-order mark, UTF-16,
+binary, huge fields)."""
 
 import collections
 import csv
+import gzip
 import io
 import os
-import re
-import sys
 import zipfile
 
-import numpy as np
 import pytest
-import tensorflow as tf
-import tensorflow_datasets as tfds
-import tensorflow_hub as hub
 
 from conftest import SHARED_CSV
-from conftest import run_process
-from conftest import with_project
-from trainer.base import config as config_lib
+from trainer.base import errors
 from trainer.data import files
-from trainer.data import input_pipeline
-from trainer.data import preprocessing
 from trainer.data import sources
+from trainer.data import splits as splits_lib
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LONG = "word " * 20_000  # 100,000 characters
 
 # What every fixture injects, by reason (sentiment140 latin-1 files cannot
@@ -130,7 +123,7 @@ def _used(source, field):
 
 
 def _read(source):
-  counts = input_pipeline.count(input_pipeline.Split("s", source))
+  counts = splits_lib.count(splits_lib.Split("s", source))
   return counts, [t.decode() for t in _used(source, "text")]
 
 
@@ -165,27 +158,6 @@ def test_injected_defects_reconcile_and_valid_rows_arrive(
   assert LONG in texts
 
 
-def test_sentiment140_zip_gives_train_and_test(tmp_path):
-  train, valid, _ = make_fixture("sentiment140", encoding="iso-8859-1")
-  test = b"".join(
-      _line("sentiment140", _fields("sentiment140", p, f"t{i}")).encode()
-      for i, p in enumerate([0, 2, 4, 4, 2, 0, 4]))
-  path = tmp_path / "trainingandtestdata.zip"
-  with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
-    z.writestr("training.1600000.processed.noemoticon.csv", train)
-    z.writestr("testdata.manual.2009.06.14.csv", test)
-  c = config_lib.Config(train_file=str(path), validation_fraction=0.1)
-  splits = input_pipeline.make_splits(c)
-  assert sorted(splits) == ["test", "train", "validation"]
-  counts = {k: input_pipeline.count(v) for k, v in splits.items()}
-  assert counts["test"] == dict(
-      rows_read=7, rows_used=5, rejected=dict(label_not_in_map=2))
-  used = counts["train"]["rows_used"] + counts["validation"]["rows_used"]
-  assert used == len(valid)
-  assert splits["train"].source.member.startswith("training")
-  assert splits["train"].source.label_map == {"0": 0, "4": 1}
-
-
 def test_wrong_column_name_is_a_clear_error(tmp_path):
   path = tmp_path / "d.csv"
   path.write_text("sentence,label\nhello,1\n")
@@ -203,80 +175,6 @@ def test_explicit_sentiment140_format_on_a_two_column_file_fails_fast(tmp_path):
     sources.FileSource(str(path), {}, "sentiment140").layout()
 
 
-def test_too_many_bad_rows_stop_with_file_count_reason_and_lines(tmp_path):
-  rows = [f"good {i},1" for i in range(90)] + [f"bad {i}" for i in range(10)]
-  path = tmp_path / "d.csv"
-  path.write_text("text,label\n" + "\n".join(rows) + "\n")
-  split = input_pipeline.Split("train",
-                               sources.FileSource(str(path), {
-                                   0: 0,
-                                   1: 1
-                               }))
-  counts = input_pipeline.count(split)
-  assert counts["rejected"] == {"malformed_row": 10}
-  with pytest.raises(sources.DataError) as info:
-    input_pipeline.check_bad_fraction(split, counts, 0.01)
-  message = str(info.value)
-  assert str(path) in message
-  assert "10 of 100 rows rejected (malformed_row: 10)" in message
-  assert "--max_bad_fraction=0.01" in message
-  assert "e.g. lines 92, 93, 94" in message
-  input_pipeline.check_bad_fraction(split, counts, 0.2)  # under the limit
-
-
-@pytest.mark.slow
-def test_main_stops_on_a_wrong_file_format(tmp_path):
-  path = tmp_path / "d.csv"
-  path.write_text("text,label\n" +
-                  "".join(f"row {i},{i % 2}\n" for i in range(50)))
-  result = run_process([
-      sys.executable, "-m", "trainer.main", f"--train_file={path}",
-      "--label_column=0", f"--model_dir={tmp_path}/m", "--encoder_handle=demo",
-      "--preprocessor_handle=demo"
-  ],
-                       env=with_project(TF_CPP_MIN_LOG_LEVEL="2"))
-  assert result.returncode == 2, result.stderr[-2000:]
-  # The train part of the carve (95% of 50 rows, seeded) is checked first.
-  assert re.search(
-      r"d\.csv \(remaining 95%\): (\d+) of \1 rows rejected "
-      r"\(label_not_a_number: \1\)", result.stderr), result.stderr
-  assert "most are label_not_a_number, e.g. lines 2, 3, 4" in result.stderr
-  assert "Traceback" not in result.stderr
-
-
-def _first_batches_label_mix(path, stripes, demo_paths):
-  preprocessor = hub.load(demo_paths["preprocessor"])
-  packer = preprocessing.make_packer(preprocessor, 8)
-  split = input_pipeline.Split("train",
-                               sources.FileSource(str(path), {
-                                   0: 0,
-                                   4: 1
-                               }))
-  ds = input_pipeline.train_dataset(
-      split,
-      packer,
-      32,
-      steps_per_epoch=100,
-      shuffle_buffer=64,
-      read_stripes=stripes)
-  return [float(np.mean(b["label"].numpy())) for b in ds.take(20)]
-
-
-def test_label_sorted_file_gives_mixed_batches(tmp_path, demo_paths):
-  rows = [
-      _line("sentiment140", _fields("sentiment140", label, f"t {i}"))
-      for label in (0, 4)
-      for i in range(2000)
-  ]
-  path = tmp_path / "sorted.csv"
-  path.write_bytes("".join(rows).encode("latin-1"))
-  mixed = _first_batches_label_mix(path, 16, demo_paths)
-  assert all(0.2 <= m <= 0.8 for m in mixed), mixed
-  # Control: one reader and a small buffer see only the first label.
-  sorted_only = _first_batches_label_mix(path, 1, demo_paths)
-  assert all(m == 0.0 for m in sorted_only), sorted_only
-
-
 @pytest.mark.skipif(
     not os.path.exists(SHARED_CSV),
     reason="../shared/data/sentiment140_sample.csv absent")
@@ -285,7 +183,7 @@ def test_shared_sentiment140_sample_end_to_end():
   layout = source.layout()
   assert (layout.file_format, layout.has_header,
           layout.encoding) == ("sentiment140", True, "utf-8")
-  counts = input_pipeline.count(input_pipeline.Split("all", source))
+  counts = splits_lib.count(splits_lib.Split("all", source))
   assert counts["rows_read"] == 20_000
   assert counts["rows_used"] + sum(counts["rejected"].values()) == 20_000
   labels = collections.Counter(_used(source, "label"))
@@ -295,41 +193,79 @@ def test_shared_sentiment140_sample_end_to_end():
   assert labels == {0: 9942, 1: 10058}
 
 
-def _mock(rows_by_split):
-
-  def as_dataset(self, split, **kwargs):
-    del self, kwargs
-    return tf.data.Dataset.from_tensor_slices(rows_by_split[str(split)])
-
-  return tfds.testing.mock_data(as_dataset_fn=as_dataset)
+def _source(path, label_map=None):
+  return sources.FileSource(str(path), label_map or {0: 0, 1: 1})
 
 
-def test_tfds_imdb_reviews_default_keys_and_identity_labels():
-  rows = dict(
-      text=[f"review {i}" for i in range(60)], label=[i % 2 for i in range(60)])
-  with _mock({"train": rows, "test": rows}):
-    c = config_lib.Config(tfds_name="imdb_reviews")
-    splits = input_pipeline.make_splits(c)
-    counts = {k: input_pipeline.count(v) for k, v in splits.items()}
-  assert counts["train"]["rows_used"] + counts["validation"]["rows_used"] == 60
-  assert not counts["train"]["rejected"]
+def _counts(source):
+  return splits_lib.count(splits_lib.Split("s", source))
 
 
-def test_a_tfds_split_by_name_is_read_whole():
-  """`trainer.evaluate --tfds_name --split=NAME`: every row of the split,
-  no carve (a carved validation would hold 10%)."""
-  rows = dict(
-      text=[f"review {i}" for i in range(60)] + [""], label=[0, 1] * 30 + [1])
-  with _mock({"train": rows, "test": rows}):
-    c = config_lib.Config(tfds_name="imdb_reviews")
-    train = input_pipeline.whole_split(c, tfds_split="train")
-    counts = input_pipeline.count(train, num_classes=2)
-  assert train.describe() == "TFDS imdb_reviews split train"
+@pytest.mark.parametrize("name", ["d.csv.gz", "d.csv"])
+def test_gzip_streams_like_a_plain_file(tmp_path, name):
+  """By its magic bytes, whatever the name; with 4 stripes too."""
+  data, valid, _ = make_fixture("csv", header=["text", "label"])
+  path = tmp_path / name
+  path.write_bytes(gzip.compress(data))
+  source = _source(path)
+  assert source.layout().file_format == "csv"
+  counts = _counts(source)
+  assert counts["rows_used"] == len(valid)
+  assert counts["rejected"] == INJECTED
+  striped = splits_lib.Split("s", source).records(stripes=4)
+  assert sum(int(r["reason"]) == 0 for r in striped) == len(valid)
+
+
+def test_a_utf8_byte_order_mark_is_skipped(tmp_path):
+  for layout, header in (("csv", ["text", "label"]), ("sentiment140", None)):
+    data, valid, _ = make_fixture(layout, header=header, inject=False)
+    path = tmp_path / f"{layout}.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + data)
+    label_map = {0: 0, 4: 1} if layout == "sentiment140" else None
+    source = _source(path, label_map)
+    assert source.layout().bom == 3
+    counts = _counts(source)
+    assert counts == dict(
+        rows_read=len(valid), rows_used=len(valid), rejected={}), layout
+
+
+@pytest.mark.parametrize("encoding,what", [
+    ("utf-16", "is UTF-16 text; convert it to UTF-8"),
+    ("utf-32", "is UTF-32 text; convert it to UTF-8"),
+    ("utf-16-le", "looks like UTF-16 text without a byte-order mark"),
+])
+def test_utf16_and_utf32_are_refused_with_what_to_do(tmp_path, encoding, what):
+  path = tmp_path / "d.csv"
+  path.write_bytes("text,label\nhello,1\nbye,0\n".encode(encoding))
+  with pytest.raises(errors.DataError) as info:
+    _source(path).layout()
+  assert str(info.value).startswith(f"{path} {what}")
+
+
+def test_binary_and_misnamed_archives_are_refused(tmp_path):
+  binary = tmp_path / "model.bin"
+  binary.write_bytes(b"text,label\n" + bytes(range(256)) * 10)
+  with pytest.raises(
+      errors.DataError,
+      match=r"is not a text file \(it holds "
+      r"NUL bytes, first at byte 11\)"):
+    _source(binary).layout()
+  archive = tmp_path / "data.csv"
+  with zipfile.ZipFile(archive, "w") as z:
+    z.writestr("inner.csv", "text,label\nhi,1\n")
+  with pytest.raises(errors.DataError, match="is a zip archive; name it"):
+    _source(archive).layout()
+
+
+def test_an_over_long_row_is_named_as_such_with_a_short_line(tmp_path):
+  path = tmp_path / "d.csv"
+  huge = "x" * (17 * 1024 * 1024)
+  path.write_text(f"text,label\nfine,1\n{huge},0\nalso fine,0\n")
+  counts = _counts(_source(path))
   assert counts == dict(
-      rows_read=61,
-      rows_used=60,
-      rejected={"empty_text": 1},
-      classes={
-          "0": 30,
-          "1": 30
-      })
+      rows_read=3, rows_used=2, rejected=dict(field_too_long=1))
+  header = tmp_path / "h.csv"
+  header.write_text(f"{huge},label\nhi,1\n")
+  with pytest.raises(errors.DataError) as info:
+    _source(header).layout()
+  assert len(str(info.value)) < 400 and "and" not in str(info.value)[-5:]

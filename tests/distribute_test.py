@@ -1,4 +1,5 @@
-"""MultiWorkerMirroredStrategy with real processes on loopback ports."""
+"""The strategy and the facts about it: TPU addresses, TF_CONFIG, remote
+TPU paths, two worker processes."""
 
 import json
 import os
@@ -10,17 +11,63 @@ import pytest
 import tensorflow as tf
 
 from conftest import ROOT
-from conftest import run_process
 from conftest import with_project
+from trainer.base import distribute
+from trainer.base import errors
 
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import failure_drills  # noqa: E402  pylint: disable=g-import-not-at-top
 
 
+def test_unreachable_tpu_is_a_clear_error():
+  with pytest.raises(distribute.StrategyError, match="cannot reach"):
+    distribute.build_strategy(tpu="grpc://127.0.0.1:1")
+
+
+@pytest.mark.parametrize("tpu,want", [
+    ("grpc://10.0.0.2", "grpc://10.0.0.2:8470"),
+    ("grpc://10.0.0.2:8470", "grpc://10.0.0.2:8470"),
+    ("grpc://10.0.0.2:", "grpc://10.0.0.2:8470"),
+    ("local", "local"),
+    ("my-tpu", "my-tpu"),
+])
+def test_tpu_addresses_get_the_default_port(tpu, want):
+  assert distribute.tpu_address(tpu) == want
+
+
+def test_a_malformed_tpu_address_is_named():
+  with pytest.raises(errors.StrategyError, match="is not a TPU address"):
+    distribute.tpu_address("grpc://10.0.0.2:84/70")
+
+
+def test_cluster_spec_becomes_tf_config(monkeypatch):
+  spec = dict(
+      cluster=dict(
+          workerpool0=["host0:2222"], workerpool1=["host1:2222", "host2:2222"]),
+      task=dict(type="workerpool1", index=1))
+  monkeypatch.delenv("TF_CONFIG", raising=False)
+  monkeypatch.setenv("CLUSTER_SPEC", json.dumps(spec))
+  distribute.ensure_tf_config()
+  assert json.loads(os.environ["TF_CONFIG"]) == dict(
+      cluster=dict(chief=["host0:2222"], worker=["host1:2222", "host2:2222"]),
+      task=dict(type="worker", index=1))
+
+
+def test_remote_tpu_rejects_local_data_paths():
+  with pytest.raises(
+      distribute.StrategyError,
+      match=r"--train_file=/data/t.csv is a local path.*gs://"):
+    distribute.check_paths_for_tpu("grpc://10.0.0.2:8470",
+                                   dict(train_file="/data/t.csv"))
+  distribute.check_paths_for_tpu("grpc://10.0.0.2:8470",
+                                 dict(train_file="gs://b/t.csv", data_dir=""))
+  distribute.check_paths_for_tpu("local", dict(train_file="/data/t.csv"))
+
+
 def _args(demo_paths, encoder, model_dir, strategy):
   return [
-      sys.executable, "-m", "trainer.main", f"--model_dir={model_dir}",
-      f"--strategy={strategy}", f"--encoder_handle={encoder}",
+      f"--model_dir={model_dir}", f"--strategy={strategy}",
+      f"--encoder_handle={encoder}",
       f"--preprocessor_handle={demo_paths['preprocessor']}",
       f"--train_file={demo_paths['train']}",
       f"--eval_file={demo_paths['validation']}", "--dropout_rate=0",
@@ -41,14 +88,13 @@ def _weights(model_dir):
 
 @pytest.mark.slow
 def test_two_worker_processes_equal_one_process(tmp_path, demo_paths,
-                                                no_dropout_encoder):
+                                                no_dropout_encoder, command):
   env = with_project(TF_CPP_MIN_LOG_LEVEL="2")
   env.pop("TF_CONFIG", None)
   reference = str(tmp_path / "single")
-  single = run_process(
-      _args(demo_paths, no_dropout_encoder, reference, "auto"),
-      env=env,
-      timeout=600)
+  # The one process is this one (one replica, the same global batch).
+  single = command("main",
+                   *_args(demo_paths, no_dropout_encoder, reference, "auto"))
   assert single.returncode == 0, single.stderr[-3000:]
 
   shared = str(tmp_path / "multi")
@@ -67,6 +113,7 @@ def test_two_worker_processes_equal_one_process(tmp_path, demo_paths,
         }))
     procs.append(
         subprocess.Popen(
+            [sys.executable, "-m", "trainer.main"] +
             _args(demo_paths, no_dropout_encoder, shared,
                   "multi_worker_mirrored"),
             env=worker_env,

@@ -1,0 +1,317 @@
+"""Splits: which rows of which source train, validate and test; every row
+counted by its fate, the bad-row limit, the seeded validation carve, TFDS
+splits read whole."""
+
+import csv
+import os
+import zipfile
+
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from conftest import ROOT
+from conftest import make_splits
+from files_test import _fields
+from files_test import _line
+from files_test import make_fixture
+from trainer.base import config as config_lib
+from trainer.base import errors
+from trainer.base import tasks
+from trainer.data import input_pipeline
+from trainer.data import sources
+from trainer.data import splits as splits_lib
+
+
+def _write_csv(path, rows):
+  with open(path, "w", newline="") as f:
+    w = csv.writer(f)
+    w.writerow(["text", "label"])
+    w.writerows(rows)
+
+
+def _split(path, label_map=None):
+  return splits_lib.Split(
+      "train", sources.FileSource(str(path), label_map or {
+          0: 0,
+          1: 1
+      }, "csv"))
+
+
+def tfds_split(c, name):
+  """Every row of TFDS split `name` of the run of Config `c`."""
+  return splits_lib.tfds_split(tasks.resolve(c), splits_lib.from_flags(c), name)
+
+
+def test_sentiment140_zip_gives_train_and_test(tmp_path):
+  train, valid, _ = make_fixture("sentiment140", encoding="iso-8859-1")
+  test = b"".join(
+      _line("sentiment140", _fields("sentiment140", p, f"t{i}")).encode()
+      for i, p in enumerate([0, 2, 4, 4, 2, 0, 4]))
+  path = tmp_path / "trainingandtestdata.zip"
+  with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+    z.writestr("training.1600000.processed.noemoticon.csv", train)
+    z.writestr("testdata.manual.2009.06.14.csv", test)
+  c = config_lib.Config(train_file=str(path), validation_fraction=0.1)
+  splits = make_splits(c)
+  assert sorted(splits) == ["test", "train", "validation"]
+  counts = {k: splits_lib.count(v) for k, v in splits.items()}
+  assert counts["test"] == dict(
+      rows_read=7, rows_used=5, rejected=dict(label_not_in_map=2))
+  used = counts["train"]["rows_used"] + counts["validation"]["rows_used"]
+  assert used == len(valid)
+  assert splits["train"].source.member.startswith("training")
+  assert splits["train"].source.label_map == {"0": 0, "4": 1}
+
+
+def test_too_many_bad_rows_stop_with_file_count_reason_and_lines(tmp_path):
+  rows = [f"good {i},1" for i in range(90)] + [f"bad {i}" for i in range(10)]
+  path = tmp_path / "d.csv"
+  path.write_text("text,label\n" + "\n".join(rows) + "\n")
+  split = splits_lib.Split("train", sources.FileSource(str(path), {0: 0, 1: 1}))
+  counts = splits_lib.count(split)
+  assert counts["rejected"] == {"malformed_row": 10}
+  with pytest.raises(sources.DataError) as info:
+    splits_lib.check_bad_fraction(split, counts, 0.01)
+  message = str(info.value)
+  assert str(path) in message
+  assert "10 of 100 rows rejected (malformed_row: 10)" in message
+  assert "--max_bad_fraction=0.01" in message
+  assert "e.g. lines 92, 93, 94" in message
+  splits_lib.check_bad_fraction(split, counts, 0.2)  # under the limit
+
+
+def _mock(rows_by_split):
+
+  def as_dataset(self, split, **kwargs):
+    del self, kwargs
+    return tf.data.Dataset.from_tensor_slices(rows_by_split[str(split)])
+
+  return tfds.testing.mock_data(as_dataset_fn=as_dataset)
+
+
+def test_tfds_imdb_reviews_default_keys_and_identity_labels():
+  rows = dict(
+      text=[f"review {i}" for i in range(60)], label=[i % 2 for i in range(60)])
+  with _mock({"train": rows, "test": rows}):
+    c = config_lib.Config(tfds_name="imdb_reviews")
+    splits = make_splits(c)
+    counts = {k: splits_lib.count(v) for k, v in splits.items()}
+  assert counts["train"]["rows_used"] + counts["validation"]["rows_used"] == 60
+  assert not counts["train"]["rejected"]
+
+
+def test_a_tfds_split_by_name_is_read_whole():
+  """`trainer.evaluate --tfds_name --split=NAME`: every row of the split,
+  no carve (a carved validation would hold 10%)."""
+  rows = dict(
+      text=[f"review {i}" for i in range(60)] + [""], label=[0, 1] * 30 + [1])
+  with _mock({"train": rows, "test": rows}):
+    c = config_lib.Config(tfds_name="imdb_reviews")
+    train = tfds_split(c, "train")
+    counts = splits_lib.count(train, num_classes=2)
+  assert train.describe() == "TFDS imdb_reviews split train"
+  assert counts == dict(
+      rows_read=61,
+      rows_used=60,
+      rejected={"empty_text": 1},
+      classes={
+          "0": 30,
+          "1": 30
+      })
+
+
+def test_csv_rows_are_counted_by_reason(tmp_path):
+  _write_csv(tmp_path / "d.csv", [("good", 1), ("fine", 0), ("neutral", 2),
+                                  ("   ", 1), ("bad label", "x"),
+                                  ("ok again", 1)])
+  counts = splits_lib.count(_split(tmp_path / "d.csv"))
+  assert counts == dict(
+      rows_read=6,
+      rows_used=3,
+      rejected=dict(label_not_in_map=1, empty_text=1, label_not_a_number=1))
+
+
+def _mock_sentiment140(polarities):
+
+  def as_dataset(self, split, **kwargs):
+    del self, kwargs
+    n = len(polarities) if str(split).startswith("train") else 4
+    pol = polarities if n == len(polarities) else [0, 2, 4, 2]
+    return tf.data.Dataset.from_tensor_slices(
+        dict(
+            text=[f"tweet {i}" for i in range(n)],
+            polarity=pol,
+            date=["d"] * n,
+            query=["q"] * n,
+            user=["u"] * n))
+
+  return tfds.testing.mock_data(as_dataset_fn=as_dataset)
+
+
+def test_tfds_sentiment140_maps_0_4_and_excludes_neutral():
+  polarities = [0, 4, 2, 4, 0, 0, 2, 4] * 25
+  with _mock_sentiment140(polarities):
+    c = config_lib.Config(tfds_name="sentiment140", validation_fraction=0.2)
+    split = make_splits(c)
+    counts = {k: splits_lib.count(v) for k, v in split.items()}
+    labels = [
+        int(r["label"])
+        for r in split["train"].records()
+        if int(r["reason"]) == 0
+    ]
+  total = counts["train"]["rows_read"] + counts["validation"]["rows_read"]
+  assert total == 200
+  neutral = sum(counts[k]["rejected"].get("label_not_in_map", 0)
+                for k in ("train", "validation"))
+  assert neutral == 50
+  assert 20 <= counts["validation"]["rows_read"] <= 60  # ~20% of 200
+  assert set(labels) == {0, 1}
+  assert sorted(counts) == ["train", "validation"]
+
+
+def test_validation_carve_is_deterministic_and_disjoint(tmp_path):
+  _write_csv(tmp_path / "d.csv", [(f"row {i}", i % 2) for i in range(200)])
+  src = sources.FileSource(str(tmp_path / "d.csv"), {0: 0, 1: 1}, "csv")
+  parts = {
+      h: [
+          int(r["index"])
+          for r in splits_lib.Split("s", src, h, 0.25, seed=3).records()
+      ] for h in (False, True)
+  }
+  again = [
+      int(r["index"])
+      for r in splits_lib.Split("s", src, True, 0.25, seed=3).records()
+  ]
+  other_seed = [
+      int(r["index"])
+      for r in splits_lib.Split("s", src, True, 0.25, seed=4).records()
+  ]
+  assert parts[True] == again
+  assert parts[True] != other_seed
+  assert sorted(parts[True] + parts[False]) == list(range(200))
+  assert 30 <= len(parts[True]) <= 70
+
+
+def _pair_file(tmp_path, rows, name="pairs.tsv"):
+  path = tmp_path / name
+  path.write_text("id\tq\ts\tlabel\n" + "".join(
+      f"{i}\t{a}\t{b}\t{y}\n" for i, (a, b, y) in enumerate(rows)))
+  return str(path)
+
+
+def test_an_empty_second_text_is_rejected_with_its_own_reason(tmp_path):
+  rows = [(f"question {i}", f"sentence {i}", i % 2) for i in range(20)]
+  rows[3] = ("question 3", "  ", 1)
+  rows[7] = ("", "sentence 7", 0)
+  rows[9] = ("q", "", "maybe")
+  path = _pair_file(tmp_path, rows)
+  c = config_lib.Config(
+      train_file=path, eval_file=path, text_column="q, s", quoting="none")
+  split = make_splits(c)["validation"]
+  counts = splits_lib.count(split, num_classes=2)
+  assert counts == dict(
+      rows_read=20,
+      rows_used=17,
+      rejected=dict(empty_text_pair=1, empty_text=1, label_not_a_number=1),
+      classes={
+          "0": 10,
+          "1": 7
+      })
+  texts, labels = next(iter(input_pipeline.usable_rows(split).batch(3)))
+  assert texts.numpy().tolist() == [[b"question 0", b"sentence 0"],
+                                    [b"question 1", b"sentence 1"],
+                                    [b"question 2", b"sentence 2"]]
+  assert labels.numpy().tolist() == [0, 1, 0]
+
+
+def test_a_word_label_outside_the_map_is_a_broken_row(tmp_path):
+  """With word labels any cell is a label, so one outside the map is a
+  typo (or a map's), not a class left out on purpose."""
+  rows = [(f"q {i}", f"s {i}", ("entailment", "neutral",
+                                "contradiction")[i % 3]) for i in range(30)]
+  path = _pair_file(tmp_path, rows)
+  c = config_lib.Config(
+      train_file=path,
+      eval_file=path,
+      text_column="q,s",
+      quoting="none",
+      num_classes=3,
+      label_map="entailment:0,neutral:1,contradicton:2")
+  split = make_splits(c)["validation"]
+  counts = splits_lib.count(split, num_classes=3)
+  assert counts["rejected"] == dict(label_not_in_map=10)
+  with pytest.raises(errors.DataError, match="label_not_in_map: 10"):
+    splits_lib.check_bad_fraction(split, counts, 0.01)
+
+
+GLUE = os.path.join(os.path.dirname(ROOT), "shared", "data", "glue")
+
+
+def _glue(task, name):
+  path = os.path.join(GLUE, task, name)
+  if not os.path.exists(path):
+    pytest.skip(f"{path} is absent (../shared/data/glue)")
+  return path
+
+
+# (task, train file, flags, rows, classes or None for a regression)
+GLUE_FILES = [
+    ("MRPC", "train.tsv",
+     dict(text_column="#1 String,#2 String", label_column="Quality"), 3667, {
+         "0": 1194,
+         "1": 2473
+     }),
+    ("RTE", "train.tsv",
+     dict(
+         text_column="sentence1,sentence2",
+         label_map="not_entailment:0,entailment:1"), 2490, {
+             "0": 1241,
+             "1": 1249
+         }),
+    ("CoLA", "train.tsv", dict(header="no", text_column="3",
+                               label_column="1"), 8551, {
+                                   "0": 2528,
+                                   "1": 6023
+                               }),
+    ("STS-B", "train.tsv",
+     dict(
+         text_column="sentence1,sentence2", label_column="score",
+         num_classes=1), 5749, None),
+    ("SST-2", "dev.tsv", dict(text_column="sentence"), 872, {
+        "0": 428,
+        "1": 444
+    }),
+]
+
+
+@pytest.mark.parametrize("task,name,flags,rows,classes", GLUE_FILES)
+def test_glue_files_are_read_as_distributed(task, name, flags, rows, classes):
+  path = _glue(task, name)
+  c = config_lib.Config(
+      train_file=path, eval_file=path, quoting="none", **flags)
+  split = make_splits(c)["validation"]
+  counts = splits_lib.count(split, num_classes=c.num_classes)
+  want = dict(rows_read=rows, rows_used=rows, rejected={})
+  if classes:
+    want["classes"] = classes
+  assert counts == want
+  first = next(iter(input_pipeline.usable_rows(split)))
+  if task == "MRPC":  # after the byte-order mark and the header
+    assert first[0].numpy()[0].decode().startswith("Amrozi accused")
+  if task == "STS-B":
+    assert first[1].dtype == tf.float32 and first[1].numpy() == 5.0
+
+
+def test_glue_tsv_quotes_are_plain_characters_only_with_quoting_none():
+  path = _glue("MRPC", "train.tsv")
+  flags = dict(
+      train_file=path,
+      eval_file=path,
+      text_column="#1 String,#2 String",
+      label_column="Quality")
+  split = make_splits(config_lib.Config(**flags))["validation"]
+  quoted = splits_lib.count(split)
+  assert quoted["rows_used"] < 3668 and quoted["rejected"]["malformed_row"]
+  with pytest.raises(Exception, match="needs --quoting=none"):
+    splits_lib.check_bad_fraction(split, quoted, 0.01)

@@ -1,0 +1,147 @@
+"""The trainer object (Orbit's `StandardTrainer` contract) and its wrappers.
+
+`Trainer.train(num_steps) -> LoopOutput` runs one loop: `num_steps` steps
+in one call of the compiled train loop (`tf.range` around `strategy.run`),
+then the host work of that loop (reading its loss, gradient norm and
+learning rate back). It owns the loop function, the data iterator, and the
+re-seek of both after a rollback (`roll_back`); the checkpoints are the
+`TrainState`'s. What happens between loops is not its business
+(`trainer.loop.actions`, handed to `controller.train`).
+
+`Evaluator` only evaluates (Orbit's `StandardEvaluator`): one pass over
+each validation split, its metrics. `Profiled` wraps a trainer with
+--profile_steps' profiler, around exactly the loops of the window.
+"""
+
+import time
+
+from absl import logging
+import tensorflow as tf
+
+from trainer.base import host
+from trainer.loop import controller
+from trainer.loop import train_step
+
+
+class Trainer:
+  """Trains a `TrainState` loop by loop.
+
+  Args:
+    state: the run's `train_state.TrainState` (model, AdamW, data position,
+      checkpoints).
+    train_loop: `train_step.make_train_loop`'s function (iterator, num_steps)
+      -> (mean loss, mean gradient norm).
+    dataset: position -> an iterator of distributed training batches from
+      that batch position on.
+    batch_size: the global batch size (examples per step).
+  """
+
+  def __init__(self, state, train_loop, dataset, batch_size):
+    self.state = state
+    self._train_loop = train_loop
+    self._dataset = dataset
+    self.batch_size = batch_size
+    self._iterator = None
+
+  @property
+  def step(self):
+    return self.state.step
+
+  def train(self, num_steps):
+    """Runs `num_steps` steps in one call; returns their LoopOutput."""
+    if self._iterator is None:
+      self._iterator = self._dataset(self.state.data_position)
+    start, position = self.state.step, self.state.data_position
+    host.keep_malloc_fast()
+    started = time.perf_counter()
+    loss, grad_norm = self._train_loop(self._iterator, tf.constant(num_steps))
+    loss, grad_norm = float(loss), float(grad_norm)  # waits for the device
+    seconds = time.perf_counter() - started
+    step = start + num_steps
+    return controller.LoopOutput(
+        start=start,
+        step=step,
+        position=position,
+        loss=loss,
+        grad_norm=grad_norm,
+        seconds=seconds,
+        examples=num_steps * self.batch_size,
+        learning_rate=float(self.state.optimizer.schedule(step - 1)),
+        scalars=self.state.loss_scale_scalars())
+
+  def latest_checkpoint(self):
+    return tf.train.latest_checkpoint(self.state.manager.directory)
+
+  def roll_back(self, checkpoint, position):
+    """Restores `checkpoint` and moves the data to batch `position` (past
+    the batches of a bad loop); the next loop reads from there."""
+    self.state.restore(checkpoint)
+    self.state.skip_to(position)
+    self._iterator = None
+
+
+class Profiled:
+  """A trainer whose loops of steps FIRST..LAST (--profile_steps) run under
+  `tf.profiler`, written under `logdir`/plugins/profile/. The plan cuts
+  loops at the window's edges, so the trace holds exactly those steps."""
+
+  def __init__(self, trainer, window, logdir):
+    self._trainer, self.window, self.logdir = trainer, window, logdir
+    self.active = False
+
+  def __getattr__(self, name):
+    return getattr(self._trainer, name)
+
+  def train(self, num_steps):
+    step = self._trainer.step  # the loop's first step is step + 1
+    if not self.active and self.window[0] - 1 <= step < self.window[1]:
+      tf.profiler.experimental.start(self.logdir)
+      self.active = True
+      logging.info("Profiling steps %d..%d into %s/plugins/profile", step + 1,
+                   self.window[1], self.logdir)
+    output = self._trainer.train(num_steps)
+    if self.active and output.step >= self.window[1]:
+      self.close()
+    return output
+
+  def close(self):
+    if self.active:
+      tf.profiler.experimental.stop()
+      self.active = False
+
+
+class Evaluator:
+  """Orbit's `StandardEvaluator`: it only evaluates.
+
+  Args:
+    eval_loop: `train_step.make_eval_loop`'s function.
+    datasets: {split name: a function returning the split's distributed
+      eval dataset (every example once)}; "validation", and for MNLI
+      "validation_mismatched" beside it.
+    metric_names: what evals report beside loss (the Task's metrics).
+  """
+
+  def __init__(self, eval_loop, datasets, metric_names):
+    self._eval_loop, self.datasets = eval_loop, datasets
+    self.metric_names = tuple(metric_names)
+
+  def evaluate_split(self, name):
+    """The metrics of one pass over split `name` (`train_step.evaluate`)."""
+    return train_step.evaluate(self._eval_loop, self.datasets[name](),
+                               self.metric_names)
+
+  def evaluate(self):
+    """Validation's metrics, and beside them those of each other validation
+    split under its prefix (MNLI: `mismatched_accuracy`, ...)."""
+    out = self.evaluate_split("validation")
+    for name in self.datasets:
+      if not name.startswith("validation_"):
+        continue
+      prefix = name.removeprefix("validation_") + "_"
+      extra = self.evaluate_split(name)
+      out.update({
+          prefix + k: v
+          for k, v in extra.items()
+          if isinstance(v, (int, float))
+      })
+    return out

@@ -1,0 +1,315 @@
+r"""Converts a Hugging Face BERT checkpoint into TF Hub encoder/preprocessor.
+
+`convert(hf_dir, output_dir)` (`python -m trainer.convert_hf --hf_dir=DIR
+--output_dir=OUT`) reads DIR (a local folder or a gs:// path): its
+`config.json` (model_type "bert"), `model.safetensors` (or
+`pytorch_model.bin` when PyTorch is installed) and `vocab.txt`, with
+`tokenizer_config.json` for lower-casing. OUT receives
+
+    OUT/encoder        the TF Hub BERT encoder interface (trainer.bert)
+    OUT/preprocessor   the bert_en_uncased_preprocess interface
+    OUT/conversion.json  what was read and how
+
+to be trained with `--encoder_handle=OUT/encoder
+--preprocessor_handle=OUT/preprocessor`. The weights go into the same
+`trainer.bert.BertEncoder` the embedded demo uses; nothing needs PyTorch or
+transformers at conversion time (safetensors is read with NumPy).
+"""
+
+import json
+import os
+import struct
+
+from absl import logging
+import numpy as np
+import tensorflow as tf
+
+from trainer.model import bert
+from trainer.base import errors
+from trainer.data import preprocessing
+
+ConversionError = errors.ConversionError
+
+# safetensors dtype names -> NumPy dtypes (BF16 is widened by hand).
+_SAFETENSORS_DTYPES = {
+    "F64": np.float64,
+    "F32": np.float32,
+    "F16": np.float16,
+    "I64": np.int64,
+    "I32": np.int32,
+    "I16": np.int16,
+    "I8": np.int8,
+    "U8": np.uint8,
+    "BOOL": np.bool_,
+}
+
+
+def read_safetensors(path):
+  """Reads a .safetensors file into {name: np.ndarray} (BF16 -> float32).
+
+  The format: an 8-byte little-endian header size, a JSON header mapping
+  each tensor name to its dtype, shape and [begin, end) byte offsets into
+  the data that follows.
+  """
+  with tf.io.gfile.GFile(path, "rb") as f:
+    blob = f.read()
+  if len(blob) < 8:
+    raise ConversionError(f"{path} is not a safetensors file (too short)")
+  (header_size,) = struct.unpack("<Q", blob[:8])
+  if header_size > len(blob) - 8:
+    raise ConversionError(f"{path} is not a safetensors file (bad header)")
+  try:
+    header = json.loads(blob[8:8 + header_size])
+  except ValueError:
+    raise ConversionError(
+        f"{path} is not a safetensors file (header is not JSON)") from None
+  data = memoryview(blob)[8 + header_size:]
+  tensors = {}
+  for name, info in header.items():
+    if name == "__metadata__":
+      continue
+    begin, end = info["data_offsets"]
+    raw = data[begin:end]
+    if info["dtype"] == "BF16":
+      # bfloat16 is the top half of a float32.
+      wide = np.frombuffer(raw, np.uint16).astype(np.uint32) << 16
+      array = wide.view(np.float32)
+    elif info["dtype"] in _SAFETENSORS_DTYPES:
+      array = np.frombuffer(raw, _SAFETENSORS_DTYPES[info["dtype"]])
+    else:
+      raise ConversionError(
+          f"{path}: tensor {name} has unsupported dtype {info['dtype']}")
+    tensors[name] = array.reshape(info["shape"])
+  return tensors
+
+
+def _read_pytorch_bin(path):
+  try:
+    import torch  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    raise ConversionError(
+        f"{path} is a PyTorch pickle and PyTorch is not installed. Install "
+        "torch, or convert the checkpoint to model.safetensors.") from None
+  with tf.io.gfile.GFile(path, "rb") as f:
+    state = torch.load(f, map_location="cpu", weights_only=True)
+  return {k: v.float().numpy() for k, v in state.items()}
+
+
+def _read_json(path):
+  with tf.io.gfile.GFile(path) as f:
+    try:
+      return json.load(f)
+    except ValueError as e:
+      raise ConversionError(f"{path} is not valid JSON: {e}") from None
+
+
+def read_config(hf_dir):
+  """config.json -> trainer.bert.BertConfig; unsupported models are errors."""
+  path = os.path.join(hf_dir, "config.json")
+  if not tf.io.gfile.exists(path):
+    raise ConversionError(
+        f"{path} not found: --hf_dir must be a Hugging Face checkpoint "
+        "folder (config.json, model.safetensors, vocab.txt)")
+  hf = _read_json(path)
+  model_type = hf.get("model_type")
+  if model_type != "bert":
+    raise ConversionError(
+        f"{path}: model_type={model_type!r} (architectures "
+        f"{hf.get('architectures')}) is not supported; only BERT "
+        "(model_type 'bert') checkpoints can be converted")
+  position_type = hf.get("position_embedding_type", "absolute")
+  if position_type != "absolute":
+    raise ConversionError(
+        f"{path}: position_embedding_type={position_type!r} is not "
+        "supported; only 'absolute'")
+  if hf.get("is_decoder") or hf.get("add_cross_attention"):
+    raise ConversionError(f"{path}: decoder BERT models are not supported")
+  activation = hf.get("hidden_act", "gelu")
+  if activation not in bert.ACTIVATIONS:
+    raise ConversionError(
+        f"{path}: hidden_act={activation!r} is not supported; supported: "
+        f"{sorted(bert.ACTIVATIONS)}")
+  try:
+    return bert.BertConfig(
+        vocab_size=hf["vocab_size"],
+        hidden_size=hf["hidden_size"],
+        num_layers=hf["num_hidden_layers"],
+        num_heads=hf["num_attention_heads"],
+        intermediate_size=hf["intermediate_size"],
+        max_position_embeddings=hf["max_position_embeddings"],
+        type_vocab_size=hf.get("type_vocab_size", 2),
+        dropout_rate=hf.get("hidden_dropout_prob", 0.1),
+        layer_norm_eps=hf.get("layer_norm_eps", 1e-12),
+        initializer_range=hf.get("initializer_range", 0.02),
+        hidden_act=activation)
+  except KeyError as e:
+    raise ConversionError(f"{path} lacks the field {e}") from None
+
+
+def read_weights(hf_dir):
+  """The checkpoint's tensors, names without a `bert.` prefix."""
+  safetensors = os.path.join(hf_dir, "model.safetensors")
+  pickle = os.path.join(hf_dir, "pytorch_model.bin")
+  if tf.io.gfile.exists(safetensors):
+    tensors = read_safetensors(safetensors)
+  elif tf.io.gfile.exists(pickle):
+    tensors = _read_pytorch_bin(pickle)
+  else:
+    raise ConversionError(
+        f"no weights in {hf_dir}: expected model.safetensors (or "
+        "pytorch_model.bin). Sharded checkpoints are not supported.")
+  # Task models (BertForSequenceClassification, ...) nest the encoder.
+  return {k.removeprefix("bert."): v for k, v in tensors.items()}
+
+
+def _layer_names(i):
+  """(our module path, HF prefix) pairs of transformer layer `i`."""
+  p = f"encoder.layer.{i}."
+  return (("query", p + "attention.self.query"), ("key",
+                                                  p + "attention.self.key"),
+          ("value", p + "attention.self.value"), ("attention_output",
+                                                  p + "attention.output.dense"),
+          ("attention_layer_norm", p + "attention.output.LayerNorm"),
+          ("intermediate", p + "intermediate.dense"),
+          ("output_dense", p + "output.dense"), ("output_layer_norm",
+                                                 p + "output.LayerNorm"))
+
+
+def _take(tensors, *names):
+  for name in names:
+    if name in tensors:
+      return tensors.pop(name)
+  raise ConversionError(f"the checkpoint lacks the tensor {names[0]}")
+
+
+def _assign(variable, value, name, transpose=False):
+  want = variable.shape.as_list()
+  if transpose:
+    want = want[::-1]
+  if list(value.shape) != want:
+    raise ConversionError(
+        f"tensor {name} has shape {list(value.shape)}, config.json implies "
+        f"{want}")
+  variable.assign((value.T if transpose else value).astype(np.float32))
+
+
+def _load_dense(dense, tensors, prefix):
+  # PyTorch's Linear stores [out, in]; our kernel is [in, out].
+  _assign(
+      dense.kernel,
+      _take(tensors, prefix + ".weight"),
+      prefix + ".weight",
+      transpose=True)
+  _assign(dense.bias, _take(tensors, prefix + ".bias"), prefix + ".bias")
+
+
+def _load_layer_norm(norm, tensors, prefix):
+  _assign(norm.gamma, _take(tensors, prefix + ".weight", prefix + ".gamma"),
+          prefix + ".weight")
+  _assign(norm.beta, _take(tensors, prefix + ".bias", prefix + ".beta"),
+          prefix + ".bias")
+
+
+def load_weights(encoder, tensors):
+  """Assigns HF BERT tensors to a `bert.BertEncoder`; returns notes.
+
+  Every encoder variable must be covered, except the pooler, which
+  sentence-embedding checkpoints may lack (it keeps its random init and is
+  trained by fine-tuning). Tensors left over (MLM or NSP heads, buffers)
+  are listed in the notes.
+  """
+  tensors = dict(tensors)
+  notes = []
+  _assign(encoder.word_embeddings,
+          _take(tensors, "embeddings.word_embeddings.weight"),
+          "embeddings.word_embeddings.weight")
+  _assign(encoder.position_embeddings,
+          _take(tensors, "embeddings.position_embeddings.weight"),
+          "embeddings.position_embeddings.weight")
+  _assign(encoder.type_embeddings,
+          _take(tensors, "embeddings.token_type_embeddings.weight"),
+          "embeddings.token_type_embeddings.weight")
+  _load_layer_norm(encoder.embeddings_layer_norm, tensors,
+                   "embeddings.LayerNorm")
+  for i, layer in enumerate(encoder.layers):
+    for ours, theirs in _layer_names(i):
+      module = getattr(layer, ours)
+      if hasattr(module, "gamma"):
+        _load_layer_norm(module, tensors, theirs)
+      else:
+        _load_dense(module, tensors, theirs)
+  if "pooler.dense.weight" in tensors:
+    _load_dense(encoder.pooler, tensors, "pooler.dense")
+  else:
+    notes.append("no pooler in the checkpoint: pooler initialized randomly")
+  extra_layer = f"encoder.layer.{len(encoder.layers)}."
+  if any(k.startswith(extra_layer) for k in tensors):
+    raise ConversionError(
+        f"the checkpoint has more layers than num_hidden_layers="
+        f"{len(encoder.layers)}")
+  unused = sorted(k for k in tensors if not k.endswith("position_ids"))
+  if unused:
+    notes.append(f"unused tensors: {', '.join(unused)}")
+  return notes
+
+
+def read_tokenizer_settings(hf_dir):
+  """Lower-casing and accent stripping as the checkpoint's tokenizer does."""
+  path = os.path.join(hf_dir, "tokenizer_config.json")
+  settings = _read_json(path) if tf.io.gfile.exists(path) else {}
+  if settings.get("tokenize_chinese_chars") is False:
+    raise ConversionError(
+        f"{path}: tokenize_chinese_chars=false is not supported")
+  # BertTokenizer's defaults when the file or the field is absent.
+  lower_case = bool(settings.get("do_lower_case", True))
+  strip_accents = settings.get("strip_accents")
+  return dict(
+      lower_case=lower_case,
+      strip_accents=lower_case
+      if strip_accents is None else bool(strip_accents),
+      source=path if settings else "BertTokenizer defaults")
+
+
+def convert(hf_dir, output_dir):
+  """Writes OUT/encoder, OUT/preprocessor and OUT/conversion.json.
+
+  Returns:
+    The conversion record (also written as conversion.json).
+  """
+  config = read_config(hf_dir)
+  vocab_file = os.path.join(hf_dir, "vocab.txt")
+  if not tf.io.gfile.exists(vocab_file):
+    raise ConversionError(
+        f"{vocab_file} not found: the WordPiece vocabulary is needed for "
+        "the preprocessor")
+  with tf.io.gfile.GFile(vocab_file) as f:
+    vocab_rows = sum(1 for _ in f)
+  if vocab_rows != config.vocab_size:
+    raise ConversionError(
+        f"{vocab_file} has {vocab_rows} tokens but config.json says "
+        f"vocab_size={config.vocab_size}")
+  settings = read_tokenizer_settings(hf_dir)
+  encoder = bert.BertEncoder(config)
+  notes = load_weights(encoder, read_weights(hf_dir))
+  for note in notes:
+    logging.warning("%s", note)
+  tf.io.gfile.makedirs(output_dir)
+  bert.save_encoder(encoder, os.path.join(output_dir, "encoder"))
+  # The vocab is copied next to the preprocessor's SavedModel as its asset.
+  preprocessor = preprocessing.BertPreprocessor(
+      vocab_file,
+      lower_case=settings["lower_case"],
+      strip_accents=settings["strip_accents"],
+      default_seq_length=min(128, config.max_position_embeddings))
+  preprocessing.save_preprocessor(preprocessor,
+                                  os.path.join(output_dir, "preprocessor"))
+  record = dict(
+      hf_dir=hf_dir,
+      config=json.loads(config.to_json()),
+      lower_case=settings["lower_case"],
+      strip_accents=settings["strip_accents"],
+      tokenizer_settings_from=settings["source"],
+      notes=notes)
+  with tf.io.gfile.GFile(os.path.join(output_dir, "conversion.json"), "w") as f:
+    f.write(json.dumps(record, indent=2) + "\n")
+  return record

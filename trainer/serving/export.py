@@ -1,0 +1,286 @@
+"""Export a trained classifier as a SavedModel that serves raw strings.
+
+One route for every export: `write(model, preprocessor, seq_length, task,
+export_dir)` saves a classifier (`finish` hands it the run's live model,
+just restored to its best checkpoint); `export_run(model_dir)` (`python -m
+trainer.export`, `trainer.export(...)`) rebuilds a run's classifier on the
+host from its folder (config.json and a checkpoint) and calls the same
+function. The export, <export_base_dir>/<step>/, has the signatures
+
+    serving_default(text: [batch] tf.string) ->
+        probabilities [batch, num_classes] float32, class_ids [batch] int32,
+        class_names [batch] tf.string
+    preprocess(text) -> input_word_ids / input_mask / input_type_ids int32
+
+A sentence-pair model's signatures take `text` and `text_pair` (both
+[batch] tf.string); a regression model's (`--num_classes=1`) returns
+`scores` [batch] float32 instead.
+
+It holds the preprocessor (same cleaning and tokenization as training), the
+encoder and the head, so it loads with `tf.saved_model.load` and
+`import tensorflow_text` alone. It is written to a temporary folder and
+renamed into place: a crash never leaves a half model under the final name.
+"""
+
+import dataclasses
+import json
+import os
+import uuid
+
+from absl import logging
+import tensorflow as tf
+
+from trainer.base import config as config_lib
+from trainer.base import errors
+from trainer.base import run_dir
+from trainer.base import tasks
+from trainer.data import preprocessing
+from trainer.model import checkpoints
+from trainer.model import classifier as model_lib
+
+ExportError = errors.ExportError
+
+_TEXT = tf.TensorSpec([None], tf.string, name="text")
+_PAIR = (_TEXT, tf.TensorSpec([None], tf.string, name="text_pair"))
+
+
+class ServingModule(tf.Module):
+  """Preprocessor + model behind string signatures: `serve` and
+  `preprocess` take `text`, or `text` and `text_pair` (`pairs`)."""
+
+  def __init__(self,
+               preprocessor,
+               model,
+               seq_length,
+               class_names,
+               pairs=False,
+               regression=False):
+    super().__init__(name="serving")
+    self.preprocessor = preprocessor
+    self.model = model
+    self._pack = preprocessing.make_packer(preprocessor, seq_length)
+    self._class_names = list(class_names)
+    self._regression = regression
+    inputs = _PAIR if pairs else (_TEXT,)
+    self.preprocess = tf.function(self._preprocess, input_signature=inputs)
+    self.serve = tf.function(self._serve, input_signature=inputs)
+
+  def _texts(self, text, text_pair=None):
+    return text if text_pair is None else tf.stack([text, text_pair], axis=1)
+
+  def _preprocess(self, text, text_pair=None):
+    return self._pack(self._texts(text, text_pair))
+
+  def _serve(self, text, text_pair=None):
+    logits = self.model(
+        self._pack(self._texts(text, text_pair)), training=False)
+    if self._regression:
+      return dict(scores=logits[:, 0])
+    probabilities = tf.nn.softmax(logits, axis=-1)
+    class_ids = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
+    names = tf.gather(tf.constant(self._class_names), class_ids)
+    return dict(
+        probabilities=probabilities, class_ids=class_ids, class_names=names)
+
+
+def read_run_config(model_dir):
+  """The Config a training run wrote to model_dir/config.json, with its
+  locations those of `model_dir` as it is now (a run folder copied to
+  another bucket or a laptop reads and writes where it now is). A key this
+  version does not know is dropped with a warning (a field since removed);
+  one it lacks takes its default (a field added since)."""
+  path = os.path.join(model_dir, "config.json")
+  if not tf.io.gfile.exists(path):
+    raise ExportError(f"--model_dir={model_dir} has no config.json; is it "
+                      "the model_dir of a training run?")
+  with tf.io.gfile.GFile(path) as f:
+    try:
+      saved = json.load(f)["config"]
+    except (ValueError, KeyError, TypeError):
+      raise ExportError(f"{path} is not a training run's config.json (no "
+                        "\"config\" object)") from None
+  unknown = sorted(set(saved) - set(config_lib.FIELDS))
+  if unknown:
+    logging.warning("%s: ignoring %s (not a flag of this version)", path,
+                    ", ".join(unknown))
+  known = {k: v for k, v in saved.items() if k in config_lib.FIELDS}
+  moved = {k: v for k, v in known.items() if k in _LOCATIONS and v}
+  if moved:
+    logging.info(
+        "%s names %s; this reads and writes under --model_dir=%s instead "
+        "(give those flags to use them)", path,
+        ", ".join(f"--{k}={v}" for k, v in sorted(moved.items())), model_dir)
+  return config_lib.Config(
+      **dict(known, model_dir=model_dir, **dict.fromkeys(_LOCATIONS, "")))
+
+
+# The output locations a config.json may name: never used as saved.
+_LOCATIONS = ("checkpoint_dir", "summary_dir", "export_base_dir")
+
+
+def load_classifier(c, checkpoint="", io_device=None):
+  """Rebuilds the classifier of the run of Config `c` (`read_run_config`)
+  on the host and restores a checkpoint: `checkpoint`, else the best, else
+  the newest (`io_device`: where files are read; a TPU's host).
+
+  Returns:
+    (preprocessor, model, checkpoint path, step).
+  """
+  where = run_dir.locations(c.model_dir, c.checkpoint_dir, c.summary_dir,
+                            c.export_base_dir)
+  path = checkpoints.for_export(where.checkpoints, where.best, checkpoint)
+  preprocessor, encoder = model_lib.load_checked(
+      c.encoder_handle,
+      c.preprocessor_handle,
+      tf.distribute.get_strategy(),
+      seq_length=c.seq_length,
+      pairs=tasks.resolve(c).pairs,
+      io_device=io_device,
+      demo_cache_dir=c.demo_cache_dir)
+  model = model_lib.Classifier(encoder, c.num_classes, c.dropout_rate, c.seed,
+                               c.pooling)
+  ckpt, step = checkpoints.for_reading(model, encoder)
+  options = tf.train.CheckpointOptions(experimental_io_device=io_device)
+  ckpt.restore(
+      path, options=options).expect_partial().assert_existing_objects_matched()
+  return preprocessor, model, path, int(step.numpy())
+
+
+def serving_module(model, preprocessor, seq_length, task):
+  """The ServingModule of a classifier of Task `task`."""
+  return ServingModule(preprocessor, model, seq_length, task.class_names,
+                       task.pairs, task.regression)
+
+
+def _save_options(io_device=None):
+  if io_device:
+    return tf.saved_model.SaveOptions(experimental_io_device=io_device)
+  return None
+
+
+def write_export(module, export_dir, io_device=None):
+  """Saves `module` to a temporary sibling, then renames it to export_dir."""
+  if is_complete(export_dir):
+    raise ExportError(f"{export_dir} exists already; remove it to export "
+                      "again")
+  if tf.io.gfile.exists(export_dir):
+    _remove_quietly(export_dir)  # the remains of an interrupted copy
+  parent = os.path.dirname(export_dir.rstrip("/"))
+  tf.io.gfile.makedirs(parent)
+  tmp = os.path.join(
+      parent, f".tmp-{os.path.basename(export_dir)}-"
+      f"{uuid.uuid4().hex[:8]}")
+  moved = False
+  try:
+    tf.saved_model.save(
+        module,
+        tmp,
+        signatures={
+            "serving_default": module.serve,
+            "preprocess": module.preprocess
+        },
+        options=_save_options(io_device))
+    _publish(tmp, export_dir)
+    moved = True
+  finally:
+    if not moved:
+      _remove_quietly(tmp)
+  return export_dir
+
+
+def load_serving(export_dir, flag="export_dir"):
+  """(serving_default of the export at `export_dir`, its class count: 1 for
+  a regression); a clear error for a folder that is not one of this
+  project's exports. `pairs(serve)` says whether it takes sentence pairs."""
+  if not tf.io.gfile.isdir(export_dir):
+    raise ExportError(f"--{flag}={export_dir} is not a folder; give an export "
+                      "(RUN/export/<step>)")
+  if not is_complete(export_dir):
+    raise ExportError(f"--{flag}={export_dir} holds no saved_model.pb; give "
+                      "an export (RUN/export/<step>)")
+  serve = tf.saved_model.load(export_dir).signatures.get("serving_default")
+  outputs = getattr(serve, "structured_outputs", {}) if serve else {}
+  if "scores" in outputs:
+    return serve, 1
+  if "probabilities" not in outputs:
+    raise ExportError(
+        f"--{flag}={export_dir} is a SavedModel but not an export of this "
+        "trainer (no serving_default signature returning probabilities)")
+  return serve, int(outputs["probabilities"].shape[-1])
+
+
+def pairs(serve):
+  """Whether a loaded `serving_default` takes sentence pairs."""
+  return "text_pair" in serve.structured_input_signature[1]
+
+
+def is_complete(export_dir):
+  """An export is complete once its saved_model.pb (written last) exists."""
+  return tf.io.gfile.exists(os.path.join(export_dir, "saved_model.pb"))
+
+
+def _publish(tmp, final):
+  """Moves the finished export into place.
+
+  A rename is atomic on local disks. Some filesystems (ram://, object stores)
+  rename only the folder entry and not what is inside; there the files are
+  copied with saved_model.pb last, so the folder is never a loadable but
+  incomplete model.
+  """
+  tf.io.gfile.rename(tmp, final)
+  if is_complete(final):
+    return
+  files = []
+  for folder, _, names in tf.io.gfile.walk(tmp):
+    files += [os.path.join(folder, n) for n in names]
+  files.sort(key=lambda p: os.path.basename(p) == "saved_model.pb")
+  for src in files:
+    dst = os.path.join(final, os.path.relpath(src, tmp))
+    tf.io.gfile.makedirs(os.path.dirname(dst))
+    tf.io.gfile.copy(src, dst, overwrite=True)
+  _remove_quietly(tmp)
+
+
+def _remove_quietly(path):
+  try:
+    tf.io.gfile.rmtree(path)
+  except tf.errors.NotFoundError:
+    pass  # Never created, or an object store with no folder to remove.
+
+
+def write(model, preprocessor, seq_length, task, export_dir, io_device=None):
+  """Exports classifier `model` of Task `task` with its preprocessor to
+  `export_dir` (atomically: `write_export`); returns export_dir."""
+  module = serving_module(
+      model_lib.for_serving(model), preprocessor, seq_length, task)
+  return write_export(module, export_dir, io_device)
+
+
+def export_run(model_dir,
+               checkpoint="",
+               checkpoint_dir="",
+               export_base_dir="",
+               demo_cache_dir=None,
+               io_device=None):
+  """Exports a checkpoint of the training run in `model_dir` (`checkpoint`,
+  else the best, else the newest) to <export_base_dir>/<step> (default
+  model_dir/export); returns the export folder.
+
+  The run's own flags come from its config.json; its checkpoints are read
+  from `checkpoint_dir` (default model_dir/checkpoints) and its demo
+  assets from `demo_cache_dir` when given.
+  """
+  c = read_run_config(model_dir)
+  c = dataclasses.replace(
+      c,
+      checkpoint_dir=checkpoint_dir,
+      export_base_dir=export_base_dir,
+      demo_cache_dir=c.demo_cache_dir
+      if demo_cache_dir is None else demo_cache_dir)
+  preprocessor, model, path, step = load_classifier(c, checkpoint, io_device)
+  where = run_dir.locations(c.model_dir, c.checkpoint_dir, c.summary_dir,
+                            c.export_base_dir)
+  export_dir = write(model, preprocessor, c.seq_length, tasks.resolve(c),
+                     where.export_dir(step), io_device)
+  logging.info("Exported %s (step %d) to %s", path, step, export_dir)
+  return export_dir

@@ -1,0 +1,188 @@
+r"""Predict with an exported model: raw text in, classes and probabilities out.
+
+`predict(export_dir, ...)` (`trainer.predict` in Python) yields one row per
+text, streamed; `python -m trainer.predict` writes them:
+
+    python -m trainer.predict --export_dir=DIR --text="what a day" --text=...
+    python -m trainer.predict --export_dir=DIR --input_file=tweets.txt \
+        --output_file=predictions.jsonl
+
+    python -m trainer.predict --export_dir=PAIR_EXPORT \
+        --text="The cat sat." --text_pair="A cat was sitting."
+    python -m trainer.predict --export_dir=PAIR_EXPORT \
+        --input_file=dev.tsv --text_column=sentence1,sentence2 --quoting=none
+    python -m trainer.predict --export_dir=MRPC_EXPORT --tfds_name=glue/mrpc \
+        --split=test --output_file=mrpc_test.jsonl
+
+`--tfds_name` predicts every row of a TFDS split (`--split`, default test:
+GLUE's, whose labels are hidden), its text fields from `--text_key` or the
+task's (sentence1,sentence2 for glue/mrpc).
+
+`--input_file` holds one text per line, or is a CSV/TSV whose `--text_column`
+(name or 0-based index; two comma-separated for a sentence-pair model) is
+read. Output is JSON lines (stdout by default) or CSV when `--output_file`
+ends in .csv: class id, name and probabilities, or a regression model's
+score. Input is streamed in batches of `--batch_size`; nothing is held in
+memory beyond one batch.
+"""
+
+import csv
+import itertools
+import json
+import sys
+
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the preprocessor's ops)
+
+from trainer.base import errors
+from trainer.base import tasks
+from trainer.data import files
+from trainer.data import sources
+from trainer.serving import export
+
+# Bad input flags or files: one line, exit code 2 (trainer.cli).
+PredictError = errors.ConfigError
+
+
+def _column(name, header, input_file):
+  if name in header:
+    return header.index(name)
+  if name.isdigit():
+    return int(name)
+  raise PredictError(f"{input_file}: no column {name!r} (--text_column); the "
+                     f"header has {header[:8]}")
+
+
+def read_texts(input_file, text_column="text", quoting="csv", header="auto"):
+  """Yields the texts of `input_file` one by one (streamed): strings, or
+  (text, text_pair) tuples when `text_column` names two columns."""
+  if not tf.io.gfile.exists(input_file):
+    raise PredictError(f"--input_file={input_file} does not exist")
+  lower = input_file.lower().removesuffix(".gz")
+  names = [n.strip() for n in text_column.split(",")]
+  with files.open_binary(input_file) as f:
+    lines = (line.decode("utf-8-sig", errors="replace") for line in f)
+    if not lower.endswith((".csv", ".tsv")):
+      if len(names) > 1:
+        raise PredictError(f"--input_file={input_file}: sentence pairs need "
+                           "a CSV/TSV with --text_column=a,b")
+      for line in lines:
+        yield line.rstrip("\r\n")
+      return
+    reader = csv.reader(
+        lines,
+        delimiter="\t" if lower.endswith(".tsv") else ",",
+        quoting=csv.QUOTE_NONE if quoting == "none" else csv.QUOTE_MINIMAL)
+    header = [c.strip() for c in next(reader, [])] if header != "no" else []
+    columns = [_column(n, header, input_file) for n in names]
+    for row in reader:
+      texts = tuple(row[i] if i < len(row) else "" for i in columns)
+      yield texts if len(texts) > 1 else texts[0]
+
+
+def read_tfds(name, split, text_key="", data_dir=""):
+  """Yields the texts of every row of a TFDS split (strings, or pairs)."""
+  task = tasks.tfds_task(name)
+  keys = [
+      k.strip()
+      for k in (text_key or (task.text_keys if task else "text")).split(",")
+  ]
+  ds = sources.load_tfds(name, split, data_dir or None, keys)
+  for example in ds.as_numpy_iterator():
+    texts = tuple(example[k].decode("utf-8", errors="replace") for k in keys)
+    yield texts if len(texts) > 1 else texts[0]
+
+
+def predictions(serve, texts, batch_size=256):
+  """Yields one dict per text (a string, or a (text, text_pair) tuple for
+  a pair model): text[, text_pair], class_id, class_name, probabilities
+  (a regression model: score)."""
+  texts = iter(texts)
+  pairs = export.pairs(serve)
+  while True:
+    batch = list(itertools.islice(texts, batch_size))
+    if not batch:
+      return
+    if pairs != isinstance(batch[0], tuple):
+      raise PredictError("this export takes " +
+                         ("sentence pairs: give --text with "
+                          "--text_pair, or --text_column=a,b"
+                          if pairs else "one text: give one --text_column"))
+    if pairs:
+      out = serve(
+          text=tf.constant([t[0] for t in batch]),
+          text_pair=tf.constant([t[1] for t in batch]))
+    else:
+      out = serve(text=tf.constant(batch))
+    for i, text in enumerate(batch):
+      row = dict(text=text[0], text_pair=text[1]) if pairs else dict(text=text)
+      if "scores" in out:
+        row["score"] = round(float(out["scores"][i]), 6)
+      else:
+        row.update(
+            class_id=int(out["class_ids"][i]),
+            class_name=out["class_names"][i].numpy().decode(),
+            probabilities=[
+                round(float(x), 6) for x in out["probabilities"][i].numpy()
+            ])
+      yield row
+
+
+def write(predictions, output_file):
+  out = tf.io.gfile.GFile(output_file, "w") if output_file else sys.stdout
+  try:
+    if output_file.lower().endswith(".csv"):
+      writer = csv.writer(out, lineterminator="\n")
+      header = None
+      for p in predictions:
+        if header is None:
+          header = list(p)
+          writer.writerow(header)
+        writer.writerow([
+            " ".join(map(str, p[k])) if k == "probabilities" else p[k]
+            for k in header
+        ])
+    else:
+      for p in predictions:
+        out.write(json.dumps(p, ensure_ascii=False) + "\n")
+  finally:
+    if output_file:
+      out.close()
+
+
+def predict(export_dir,
+            texts=(),
+            text_pairs=(),
+            *,
+            input_file="",
+            text_column="text",
+            quoting="csv",
+            header="auto",
+            tfds_name="",
+            split="test",
+            text_key="",
+            data_dir="",
+            batch_size=256):
+  """Predicts with the export at `export_dir`; yields one dict per text
+  (`predictions`), streamed. The texts are `texts` (with `text_pairs`, one
+  per text, for a pair model), or every row of `input_file` (one text per
+  line, or a CSV/TSV's `text_column`: two comma-separated for pairs), or of
+  the TFDS split `split` of `tfds_name` (its `text_key` fields, '' = the
+  task's). Exactly one of the three."""
+  texts, text_pairs = list(texts), list(text_pairs)
+  if (bool(texts) + bool(input_file) + bool(tfds_name)) != 1:
+    raise PredictError("give --text (one or more), --input_file or "
+                       "--tfds_name")
+  if batch_size < 1:
+    raise PredictError(f"--batch_size={batch_size} is invalid: must be >= 1")
+  if text_pairs and len(text_pairs) != len(texts):
+    raise PredictError(f"give one --text_pair per --text ({len(texts)} "
+                       f"--text, {len(text_pairs)} --text_pair)")
+  serve, _ = export.load_serving(export_dir)
+  if tfds_name:
+    rows = read_tfds(tfds_name, split or "test", text_key, data_dir)
+  elif input_file:
+    rows = read_texts(input_file, text_column, quoting, header)
+  else:
+    rows = list(zip(texts, text_pairs)) if text_pairs else texts
+  return predictions(serve, rows, batch_size)
