@@ -14,6 +14,7 @@ def test_label_map_defaults():
   assert tasks.label_map("", 3) == {"0": 0, "1": 1, "2": 2}
   # TFDS sentiment140, or a file in its layout.
   assert tasks.label_map("", 2, sentiment140=True) == {"0": 0, "4": 1}
+  assert tasks.label_map("0:1,4:0", 2, sentiment140=True) == {"0": 1, "4": 0}
   assert tasks.label_map("2:0,07:1", 2, sentiment140=True) == {"2": 0, "7": 1}
   # Words (GLUE's RTE), and no map at all for a regression.
   assert tasks.label_map("not_entailment:0, entailment:1", 2) == {
