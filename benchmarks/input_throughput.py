@@ -83,7 +83,7 @@ def measure(csv_path, preprocessor_handle, seq_length, batch_size, batches):
       "train", sources.FileSource(csv_path, tasks.SENTIMENT140_LABEL_MAP))
   ds = input_pipeline.train_dataset(
       split,
-      packer,
+      packer, (seq_length,),
       batch_size,
       steps_per_epoch=10**6,
       read_stripes=16,

@@ -128,8 +128,8 @@ def test_two_worker_processes_equal_one_process(tmp_path, demo_paths,
 
   # Only the chief wrote into model_dir; the other worker's folder is gone.
   assert sorted(os.listdir(shared)) == [
-      "checkpoints", "config.json", "data_stats.json", "summaries",
-      "summary.json", "train.log"
+      "checkpoints", "config.json", "data_stats.json", "length_stats.json",
+      "summaries", "summary.json", "train.log"
   ]
   summary = json.load(open(os.path.join(shared, "summary.json")))
   assert summary["replicas"] == 2 and summary["final_step"] == 6

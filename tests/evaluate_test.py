@@ -159,3 +159,24 @@ def test_predict_and_evaluate_refuse_what_would_mislead(demo_run, tmp_path,
     lines = [s for s in result.stderr.splitlines() if s.startswith("error")]
     assert len(lines) == 1 and message in lines[0], (args, lines)
     assert "Traceback" not in result.stderr
+
+
+def test_score_batches_rows_of_like_length_each_once():
+  """`by_length`: every row once, a batch's texts within one range of word
+  counts (a pair's two texts count together), at most `batch_size`."""
+  words = [i * 5 % 37 for i in range(50)]
+  texts = [" ".join(["w"] * n + [f"r{i}"]) for i, n in enumerate(words)]
+  rows = tf.data.Dataset.from_tensor_slices((texts, list(range(50))))
+  batches = list(evaluate.by_length(rows, 4))
+  seen = np.concatenate([labels.numpy() for _, labels in batches])
+  assert sorted(seen.tolist()) == list(range(50))
+  edges = (0,) + evaluate._WORD_BOUNDARIES
+  for texts_, labels in batches:
+    assert len(labels) <= 4
+    counts = [words[i] + 1 for i in labels.numpy()]
+    ranges = {np.searchsorted(edges, n, side="right") for n in counts}
+    assert len(ranges) == 1, counts
+  pairs = tf.data.Dataset.from_tensor_slices(([["a b", "c"], ["d", "e"]],
+                                              [0, 1]))
+  (pair_texts, labels), = list(evaluate.by_length(pairs, 4))
+  assert pair_texts.shape == (2, 2) and labels.numpy().tolist() == [0, 1]

@@ -14,6 +14,7 @@ import tensorflow as tf
 from conftest import run_outside_project
 from preprocessing_test import PAIRS
 from splits_test import _pair_file
+from trainer.base import tasks
 from trainer.data import input_pipeline
 from trainer.data import preprocessing
 from trainer.data import sources
@@ -84,12 +85,48 @@ def test_export_matches_trainer_eval_step_and_token_ids(demo_run, tmp_path):
   assert step == 20
   split = splits_lib.Split("t", sources.FileSource(str(path), {0: 0}))
   packer = preprocessing.make_packer(preprocessor, c.seq_length)
-  batch = next(iter(input_pipeline.eval_dataset(split, packer, len(TEXTS))))
+  batch = next(
+      iter(
+          input_pipeline.eval_dataset(split, packer, (c.seq_length,),
+                                      len(TEXTS))))
   probs = train_step.make_predict_step(model)(batch)
   np.testing.assert_allclose(
       served["probabilities"].numpy(), probs.numpy(), atol=1e-5)
   for key in train_step.ENCODER_KEYS:
     np.testing.assert_array_equal(exported_ids[key].numpy(), batch[key].numpy())
+
+
+@pytest.mark.core
+def test_a_text_gets_the_same_probabilities_in_every_bucket(demo_run):
+  """The demo run trained in buckets (8, 32) (the default, auto): a request
+  is packed to the smallest that holds its longest text, and a text's
+  probabilities do not depend on which one that was, nor on --seq_length
+  for all."""
+  assert demo_run["summary"]["buckets"] == [8, 32]
+  loaded = tf.saved_model.load(demo_run["export_dir"])
+  serve, preprocess = (loaded.signatures[k]
+                       for k in ("serving_default", "preprocess"))
+  short = ["the movie was great", "my day was awful", "", "zzz qqq"]
+  longer = short + ["the service was horrible " * 3]
+  longest = short + [TEXTS[-1]]
+  ids = [preprocess(text=tf.constant(t))["input_word_ids"] for t in
+         (short, longer, longest)]
+  assert [i.shape[1] for i in ids] == [8, 32, 32]
+  np.testing.assert_array_equal(ids[0], ids[1][:4, :8])
+  assert (ids[1][:4, 8:].numpy() == 0).all()
+  alone, among_long = (serve(text=tf.constant(t))["probabilities"].numpy()
+                       for t in (short, longer))
+  np.testing.assert_allclose(alone, among_long[:4], atol=1e-5)
+  # The same classifier served at --seq_length only: the same numbers.
+  c = export.read_run_config(demo_run["model_dir"])
+  preprocessor, model, _, _ = export.load_classifier(c)
+  fixed = export.serving_module(model, preprocessor, c.seq_length,
+                                tasks.resolve(c))
+  assert fixed.preprocess(tf.constant(short))["input_word_ids"].shape[1] == 32
+  np.testing.assert_allclose(
+      fixed.serve(tf.constant(short))["probabilities"].numpy(),
+      alone,
+      atol=1e-5)
 
 
 def test_bad_input_at_serving(demo_run):
@@ -156,7 +193,8 @@ print(json.dumps(dict(trainer="trainer" in sys.modules,
   batch = next(
       iter(
           input_pipeline.eval_dataset(
-              splits_lib.Split("t", source), packer, len(PAIRS))))
+              splits_lib.Split("t", source), packer, (c.seq_length,),
+              len(PAIRS))))
   probabilities = train_step.make_predict_step(model)(batch)
   np.testing.assert_allclose(
       served["probabilities"], probabilities.numpy(), atol=1e-5)

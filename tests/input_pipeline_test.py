@@ -11,6 +11,7 @@ from files_test import _fields
 from files_test import _line
 from splits_test import _split
 from splits_test import _write_csv
+from trainer.base import buckets as buckets_lib
 from trainer.data import input_pipeline
 from trainer.data import preprocessing
 from trainer.data import sources
@@ -24,56 +25,124 @@ def preprocessor(demo_paths):
 
 @pytest.mark.core
 def test_distributed_train_data_is_int32_and_static(tmp_path, preprocessor):
+  """One bucket: every feature fully static, [batch, group, seq_length] per
+  replica; several: static but the length, which is a bucket's in each
+  group."""
   _write_csv(tmp_path / "d.csv", [(f"text {i}", i % 2) for i in range(40)])
   packer = preprocessing.make_packer(preprocessor, 16)
-  ds = input_pipeline.train_dataset(
-      _split(tmp_path / "d.csv"), packer, 8, steps_per_epoch=5)
-  input_pipeline.check_int_features(ds.element_spec)
   strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+  ds = input_pipeline.train_groups(
+      _split(tmp_path / "d.csv"), packer, (16,), 8, 3, steps_per_epoch=5)
+  input_pipeline.check_int_features(ds.element_spec)
   dist = strategy.experimental_distribute_dataset(ds)
+  want = dict(label=[4, 3], meta=[4, 2])
   for key, spec in dist.element_spec.items():
     for per_replica in spec._value_specs:  # pylint: disable=protected-access
       assert per_replica.dtype == tf.int32, key
-      assert per_replica.shape.as_list() == ([4, 16]
-                                             if key != "label" else [4]), key
-  batch = next(iter(dist))
-  keys = set(batch)
-  assert keys == {"input_word_ids", "input_mask", "input_type_ids", "label"}
+      assert per_replica.shape.as_list() == want.get(key, [4, 3, 16]), key
+  group = next(iter(dist))
+  assert set(group) == {
+      "input_word_ids", "input_mask", "input_type_ids", "label", "meta"
+  }
+  bucketed = input_pipeline.train_groups(
+      _split(tmp_path / "d.csv"), packer, (4, 16), 8, 3, steps_per_epoch=5)
+  input_pipeline.check_int_features(bucketed.element_spec)
+  assert bucketed.element_spec["input_word_ids"].shape.as_list() == [8, 3, None]
+  with pytest.raises(TypeError, match="static batch and group sizes"):
+    input_pipeline.check_int_features(
+        dict(label=tf.TensorSpec([None, 3], tf.int32)))
 
 
+def _varied_text(i):
+  """Row i: its number and 0 to 4 words "a": packed lengths 3 to 8 (the
+  demo vocabulary has the digits and "a" as pieces), every row distinct."""
+  return " ".join([str(i)] + ["a"] * (i * 7 % 5))
+
+
+def _varied_csv(path, n):
+  _write_csv(path, [(_varied_text(i), i % 2) for i in range(n)])
+
+
+@pytest.mark.parametrize("buckets", [(8,), (4, 8)])
 def test_resumed_stream_equals_tail_of_uninterrupted_stream(
-    tmp_path, preprocessor):
-  _write_csv(tmp_path / "d.csv", [(f"row {i}", i % 2) for i in range(30)])
+    tmp_path, preprocessor, buckets):
+  _varied_csv(tmp_path / "d.csv", 30)
   packer = preprocessing.make_packer(preprocessor, 8)
   split = _split(tmp_path / "d.csv")
+  spe = buckets_lib.steps_per_epoch(
+      buckets_lib.counts(
+          input_pipeline.length_histogram(split, packer, 8), buckets), 4)
+  assert spe == 7  # 30 // 4; bucketed: 5 // 4 + 25 // 4
   make = lambda start: input_pipeline.train_dataset(
       split,
       packer,
+      buckets,
       4,
-      steps_per_epoch=7,
+      steps_per_epoch=spe,
+      group_size=2,
       start_step=start,
       seed=5,
       shuffle_buffer=10)
-  full = [b["input_word_ids"].numpy() for b in make(0).take(20)]
-  resumed = [b["input_word_ids"].numpy() for b in make(9).take(11)]
-  for a, b in zip(full[9:], resumed):
-    np.testing.assert_array_equal(a, b)
-  # Each epoch uses a different order, and no epoch repeats a row.
-  epoch0 = [tuple(r) for r in np.concatenate(full[:7]).tolist()]
-  epoch1 = [tuple(r) for r in np.concatenate(full[7:14]).tolist()]
+  full = [b["input_word_ids"].numpy() for b in make(0).take(3 * spe)]
+  for start in (1, 9, spe):
+    resumed = [b["input_word_ids"].numpy() for b in make(start).take(5)]
+    for a, b in zip(full[start:], resumed):
+      np.testing.assert_array_equal(a, b)
+  # Each epoch uses a different order, and no epoch repeats a row; every
+  # batch is of one bucket's length, and holds only rows that fit it.
+  epoch0 = [tuple(r) for b in full[:spe] for r in b.tolist()]
+  epoch1 = [tuple(r) for b in full[spe:2 * spe] for r in b.tolist()]
   assert epoch0 != epoch1
-  assert len(set(epoch0)) == 28
+  assert len(set(epoch0)) == 4 * spe
+  lengths = {b.shape[1] for b in full}
+  assert lengths == set(buckets)
+  for b in full:
+    real = (b > 0).sum(axis=1)
+    low = max([0] + [x for x in buckets if x < b.shape[1]])
+    assert ((real > low) & (real <= b.shape[1])).all()
 
 
 def test_eval_counts_every_example_once(tmp_path, preprocessor):
-  _write_csv(tmp_path / "d.csv", [(f"row {i}", i % 2) for i in range(10)])
+  _varied_csv(tmp_path / "d.csv", 10)
   packer = preprocessing.make_packer(preprocessor, 8)
   batches = list(
-      input_pipeline.eval_dataset(_split(tmp_path / "d.csv"), packer, 4))
+      input_pipeline.eval_dataset(
+          _split(tmp_path / "d.csv"), packer, (8,), 4, group_size=2))
   assert len(batches) == 3
   weights = np.concatenate([b["weight"].numpy() for b in batches])
   assert weights.tolist() == [1.0] * 10 + [0.0] * 2
   assert all(b["input_word_ids"].shape == (4, 8) for b in batches)
+  # Buckets: each bucket's last batch is filled with weight 0, and every
+  # row is counted once (in the bucket of its length).
+  bucketed = list(
+      input_pipeline.eval_dataset(
+          _split(tmp_path / "d.csv"), packer, (4, 8), 4, group_size=2))
+  real = [
+      b["input_word_ids"].numpy()[b["weight"].numpy() > 0] for b in bucketed
+  ]
+  assert sum(len(r) for r in real) == 10
+  texts = [_varied_text(i) for i in range(10)]
+  everything = packer(tf.constant(texts))
+  short = int((everything["input_mask"].numpy().sum(axis=1) <= 4).sum())
+  assert sorted(b["input_word_ids"].shape[1]
+                for b in bucketed) == sorted([4] * -(-short // 4) +
+                                             [8] * -(-(10 - short) // 4))
+  rows = sorted(tuple(r[r > 0]) for part in real for r in part)
+  assert rows == sorted(
+      tuple(r[r > 0]) for r in everything["input_word_ids"].numpy())
+
+
+def test_length_histogram_counts_every_usable_row_by_its_length(
+    tmp_path, preprocessor):
+  _varied_csv(tmp_path / "d.csv", 24)
+  packer = preprocessing.make_packer(preprocessor, 8)
+  histogram = input_pipeline.length_histogram(
+      _split(tmp_path / "d.csv"), packer, 8)
+  # [CLS], a piece per digit of i ("12" is "1", "##2"), i*7 % 5 pieces "a",
+  # [SEP]; at most 8.
+  want = np.bincount([min(2 + len(str(i)) + i * 7 % 5, 8) for i in range(24)],
+                     minlength=9)
+  assert histogram.tolist() == want.tolist()
 
 
 def _first_batches_label_mix(path, stripes, demo_paths):
@@ -82,7 +151,7 @@ def _first_batches_label_mix(path, stripes, demo_paths):
   split = splits_lib.Split("train", sources.FileSource(str(path), {0: 0, 4: 1}))
   ds = input_pipeline.train_dataset(
       split,
-      packer,
+      packer, (8,),
       32,
       steps_per_epoch=100,
       shuffle_buffer=64,

@@ -3,7 +3,9 @@ files and TFDS splits; the Python API and the command."""
 
 import json
 
+import numpy as np
 import pytest
+import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from conftest import run_module
@@ -76,3 +78,18 @@ def test_predict_end_to_end(demo_run, tmp_path, command):
   lines = out.read_text().strip().splitlines()
   assert lines[0] == "text,class_id,class_name,probabilities"
   assert len(lines) == 301 and lines[300].startswith("tweet 299,")
+
+
+def test_predictions_batch_by_length_and_keep_the_input_order(demo_run):
+  """Texts of mixed lengths are sorted into batches of like length (each
+  packed to its own bucket) and come back in the order given, each with
+  the probabilities it gets alone."""
+  serve, _ = export.load_serving(demo_run["export_dir"])
+  texts = [("word " * (i * 7 % 13)) + f"text {i}" for i in range(21)]
+  rows = list(predict.predictions(serve, iter(texts), batch_size=4))
+  assert [r["text"] for r in rows] == texts
+  for text, row in zip(texts, rows):
+    alone = serve(text=tf.constant([text]))["probabilities"].numpy()[0]
+    np.testing.assert_allclose(row["probabilities"], alone, atol=1e-5)
+  with pytest.raises(predict.PredictError, match="takes one text"):
+    list(predict.predictions(serve, iter([("a", "b")]), batch_size=4))

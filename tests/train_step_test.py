@@ -5,12 +5,16 @@ import pytest
 import tensorflow as tf
 import tensorflow_hub as hub
 
+from input_pipeline_test import _varied_csv
+from splits_test import _split
+from trainer.base import buckets as buckets_lib
+from trainer.base import metrics
+from trainer.data import input_pipeline
+from trainer.data import preprocessing
+from trainer.loop import train_step
 from trainer.model import bert
 from trainer.model import classifier as model_lib
 from trainer.model import optimization
-from trainer.data import preprocessing
-from trainer.loop import train_step
-from trainer.base import metrics
 
 SEQ, BATCH = 16, 8
 TEXTS = [
@@ -337,9 +341,10 @@ def test_regression_eval_gathers_every_prediction_even_of_an_empty_split(
   examples = _batch(preprocessor, size=2 * BATCH)
   examples["label"] = tf.range(2 * BATCH, dtype=tf.float32) / 4
   examples["weight"] = tf.constant([1.0] * 13 + [0.0] * 3)
-  dataset = tf.data.Dataset.from_tensor_slices(examples).batch(BATCH)
+  group = _group_of(examples, BATCH, group_size=3)  # 2 batches and a pad
+  dataset = tf.data.Dataset.from_tensors(group)
   loop = train_step.make_eval_loop(two, train_step.make_eval_step(model, 1), 1)
-  out = loop(two.experimental_distribute_dataset(dataset))
+  out = loop(next(iter(two.experimental_distribute_dataset(dataset))))
   want = model(train_step.encoder_inputs(examples), training=False)[:, 0]
   np.testing.assert_allclose(out["prediction"], want, rtol=1e-5, atol=1e-6)
   np.testing.assert_array_equal(out["label"], examples["label"])
@@ -348,9 +353,26 @@ def test_regression_eval_gathers_every_prediction_even_of_an_empty_split(
   squared = (want.numpy() - examples["label"].numpy())**2
   np.testing.assert_allclose(
       float(out["loss_sum"]), squared[:13].sum(), rtol=1e-5)
-  empty = loop(two.experimental_distribute_dataset(dataset.take(0)))
-  assert [empty[k].shape for k in train_step.GATHERED] == [[0]] * 3
-  assert float(empty["weight_sum"]) == 0.0 and float(empty["loss_sum"]) == 0.0
+  empty = train_step.evaluate(
+      loop, two.experimental_distribute_dataset(dataset.take(0)),
+      ("pearson", "spearman"))
+  assert empty["examples"] == 0 and empty["loss"] == 0.0
+  assert (empty["pearson"], empty["spearman"]) == (0.0, 0.0)
+
+
+def _group_of(examples, batch, group_size):
+  """Batches of `batch` rows of `examples` as one group of `group_size`
+  (`input_pipeline.eval_groups`' layout: [batch, group, ...], the batches
+  past the real ones zero)."""
+  count = int(examples["label"].shape[0]) // batch
+  group = {}
+  for key, value in examples.items():
+    value = tf.reshape(value, [count, batch] + value.shape[1:].as_list())
+    value = tf.transpose(value, [1, 0] + list(range(2, len(value.shape))))
+    group[key] = tf.pad(value, [[0, 0], [0, group_size - count]] + [[0, 0]] *
+                        (len(value.shape) - 2))
+  group["meta"] = tf.tile(tf.constant([[0, count]], tf.int32), [batch, 1])
+  return group
 
 
 def test_eval_step_counts_match_the_host_metrics(no_dropout_encoder):
@@ -375,3 +397,64 @@ def test_eval_step_counts_match_the_host_metrics(no_dropout_encoder):
   assert out["positive_histogram"].numpy().tolist() == positive.tolist()
   assert out["negative_histogram"].numpy().tolist() == negative.tolist()
   assert float(out["weight_sum"]) == 20.0
+
+
+def _bucketed_training(strategy, encoder_path, split, packer, spe):
+  """Trains 2 epochs of `split` in buckets (4, 8), a loop call per group
+  of up to 2 batches of 4; returns (losses, weights, loop)."""
+  groups = input_pipeline.train_groups(
+      split, packer, (4, 8), 4, 2, spe, seed=1, shuffle_buffer=64)
+  model, opt = _build(strategy, encoder_path, total_steps=2 * spe)
+  loop = train_step.make_train_loop(
+      strategy, train_step.make_train_step(model, opt, 4))
+  losses, lengths, done = [], [], 0
+  for group in strategy.experimental_distribute_dataset(groups):
+    count = int(train_step.group_count(strategy, group))
+    lengths.append(
+        strategy.experimental_local_results(group["input_word_ids"])[0].shape[2])
+    losses.append(float(loop(group, tf.constant(0), tf.constant(count))[0]))
+    done += count
+    if done >= 2 * spe:
+      break
+  assert done == 2 * spe and set(lengths) == {4, 8}
+  return losses, [v.numpy() for v in model.trainable_variables], loop
+
+
+@pytest.mark.core
+def test_bucketed_groups_give_one_and_two_replicas_the_same_weights(
+    tmp_path, demo_paths, no_dropout_encoder, strategies):
+  """Groups of two lengths from the real input pipeline: on 1 replica and
+  on 2 the same losses and weights, and each strategy's train loop traced
+  exactly once per bucket (each trace one XLA program under jit_compile);
+  the eval loop too, over two whole passes."""
+  preprocessor = hub.load(demo_paths["preprocessor"])
+  packer = preprocessing.make_packer(preprocessor, 8)
+  _varied_csv(tmp_path / "d.csv", 40)
+  split = _split(tmp_path / "d.csv")
+  counts = buckets_lib.counts(
+      input_pipeline.length_histogram(split, packer, 8), (4, 8))
+  assert min(counts) >= 8  # both buckets train
+  spe = buckets_lib.steps_per_epoch(counts, 4)
+  one, two = strategies
+  loss1, w1, loop1 = _bucketed_training(one, no_dropout_encoder, split, packer,
+                                        spe)
+  loss2, w2, loop2 = _bucketed_training(two, no_dropout_encoder, split, packer,
+                                        spe)
+  np.testing.assert_allclose(loss1, loss2, atol=1e-5)
+  for a, b in zip(w1, w2):
+    np.testing.assert_allclose(a, b, atol=1e-5)
+  assert loop1.experimental_get_tracing_count() == 2
+  assert loop2.experimental_get_tracing_count() == 2
+  with two.scope():
+    model = model_lib.Classifier(
+        hub.load(no_dropout_encoder), 2, dropout_rate=0.0, seed=3)
+  eval_loop = train_step.make_eval_loop(
+      two, train_step.make_eval_step(model, 2), 2)
+  groups = input_pipeline.eval_groups(split, packer, (4, 8), 4, 2)
+  passes = [
+      train_step.evaluate(eval_loop, two.experimental_distribute_dataset(groups))
+      for _ in range(2)
+  ]
+  assert [p["examples"] for p in passes] == [40, 40]
+  assert passes[0]["loss"] == passes[1]["loss"]
+  assert eval_loop.experimental_get_tracing_count() == 2

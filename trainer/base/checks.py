@@ -10,6 +10,7 @@ import math
 import os
 import re
 
+from trainer.base import buckets
 from trainer.base import config as config_lib
 from trainer.base import errors
 from trainer.base import tasks
@@ -152,6 +153,10 @@ def _check_task(c):
         f"{', '.join('eval/' + m for m in reported)} (--eval_metrics)")
 
 
+def _check_buckets(c):
+  buckets.parse(c.seq_buckets, c.seq_length)  # a ConfigError naming it
+
+
 def _check_schedule(c):
   if c.train_steps == 0 and not (math.isfinite(c.epochs) and c.epochs > 0):
     _fail("epochs", c.epochs, "must be > 0 when --train_steps=0")
@@ -167,6 +172,7 @@ def validate(c):
   _check_sources(c)
   _check_labels(c)
   _check_task(c)
+  _check_buckets(c)
   _check_schedule(c)
   return c
 

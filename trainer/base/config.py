@@ -47,13 +47,26 @@ DEMO_DEFAULTS = dict(
     checkpoint_every=125)
 
 
-def _flag(default, help, choices=None, check=None, resume=False):  # noqa: A002
+def _flag(
+    default,
+    help,  # noqa: A002
+    choices=None,
+    check=None,
+    resume=False,
+    missing=None):
   """A Config field that is also a flag: `help` and `choices` for absl;
   `check` = (predicate, what is valid) for `validate()`; `resume`: a run
-  resumed from its checkpoints may change it (`run_dir.check_resume`)."""
+  resumed from its checkpoints may change it (`run_dir.check_resume`);
+  `missing`: what a run whose config.json predates the field ran with (its
+  default if None)."""
   return dataclasses.field(
       default=default,
-      metadata=dict(help=help, choices=choices, check=check, resume=resume))
+      metadata=dict(
+          help=help,
+          choices=choices,
+          check=check,
+          resume=resume,
+          missing=default if missing is None else missing))
 
 
 def _tunable(*args, **kwargs):
@@ -152,6 +165,13 @@ class Config:
       64, "Tokens per example incl. [CLS]/[SEP].", None,
       (lambda v: 3 <= v <= 8192, "must be in [3, 8192] (room for [CLS], a "
        "token and [SEP])"))
+  seq_buckets: str = _flag(
+      "auto", "Length buckets: each example is packed to the smallest that "
+      "holds it, one static shape (one compiled program) per bucket; "
+      "comma-separated lengths (e.g. 16,32,64; --seq_length is the last), "
+      "auto (a few, chosen from the training data's lengths) or none (every "
+      "example at --seq_length).",
+      missing="none")
   batch_size: int = _flag(
       32, "Global batch size (divisible by the replica count).", None,
       (lambda v: v >= 1, "must be a positive global batch size"))

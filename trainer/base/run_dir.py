@@ -53,6 +53,11 @@ class Locations:
     return os.path.join(self.model_dir, "data_stats.json")
 
   @property
+  def length_stats(self):
+    """The training rows per packed length (--seq_buckets), cached."""
+    return os.path.join(self.model_dir, "length_stats.json")
+
+  @property
   def log_file(self):
     """The run's log lines (every attempt's, appended)."""
     return os.path.join(self.model_dir, "train.log")
@@ -100,7 +105,7 @@ def check_resume(saved, c):
   """
   allowed, refused = [], []
   for f in dataclasses.fields(c):
-    old, new = saved.get(f.name, f.default), getattr(c, f.name)
+    old, new = saved.get(f.name, f.metadata["missing"]), getattr(c, f.name)
     if old != new:
       change = f"--{f.name}: {old!r} -> {new!r}"
       (allowed if f.metadata["resume"] else refused).append(change)

@@ -34,6 +34,12 @@ def usable_rows(split, stripes=1):
   return split.chunks(stripes).map(usable).unbatch()
 
 
+# Rows tokenized and packed per map call (vectorized; the order is kept).
+_PACK_ROWS = 256
+# The features of a packed example: the encoder's three, [..., length].
+TOKEN_KEYS = ("input_word_ids", "input_mask", "input_type_ids")
+
+
 def _pack_batch(packer):
 
   def fn(texts, labels):
@@ -44,81 +50,236 @@ def _pack_batch(packer):
   return fn
 
 
-def train_dataset(split,
-                  packer,
-                  global_batch_size,
-                  steps_per_epoch,
-                  start_step=0,
-                  seed=0,
-                  shuffle_buffer=100_000,
-                  read_stripes=1):
-  """The endless training stream, positioned at `start_step`.
+def _measured(packer, buckets):
+  """(texts, labels) -> the packed rows (at --seq_length) with `length`
+  (tokens incl. [CLS]/[SEP]) and `bucket`, the index of the smallest bucket
+  that holds them."""
+  pack = _pack_batch(packer)
+  edges = tf.constant(buckets, tf.int32)
+
+  def fn(texts, labels):
+    features = pack(texts, labels)
+    length = tf.reduce_sum(features["input_mask"], axis=1)
+    features["length"] = length
+    features["bucket"] = tf.cast(
+        tf.searchsorted(edges, length, side="left"), tf.int64)
+    return features
+
+  return fn
+
+
+def length_histogram(split, packer, seq_length):
+  """int64 [seq_length + 1]: the usable rows of `split` per packed length
+  (tokens incl. [CLS] and [SEP], at most `seq_length`): one pass that
+  tokenizes every row, what --seq_buckets needs to know before training."""
+  measure = _measured(packer, (seq_length,))
+  ds = usable_rows(split).batch(_PACK_ROWS).map(
+      lambda t, y: tf.math.bincount(
+          measure(t, y)["length"],
+          minlength=seq_length + 1,
+          maxlength=seq_length + 1,
+          dtype=tf.int64),
+      num_parallel_calls=tf.data.AUTOTUNE)
+  return ds.reduce(tf.zeros([seq_length + 1], tf.int64), tf.add).numpy()
+
+
+def _group(rows, batch, group_size, length, pad_rows, static_length=None):
+  """A window of rows of one bucket -> a group: each feature [batch,
+  group_size, length] (batch-major, so a strategy splits the batch axis
+  over its replicas), batch g of the group at [:, g]; `count` batches are
+  real, the rest zeros. `pad_rows`: the last batch is filled with rows of
+  weight 0 (eval); else the rows past the last full batch are dropped.
+  `static_length`: the length when there is one bucket (a fully static
+  shape then)."""
+  n = tf.shape(rows["label"])[0]
+  count = (n + batch - 1) // batch if pad_rows else n // batch
+  out = {}
+  for key, value in rows.items():
+    if key in ("length", "bucket"):
+      continue
+    value = value[:, :length] if key in TOKEN_KEYS else value
+    used = count * batch
+    value = value[:used] if not pad_rows else tf.pad(value, [[0, used - n]] +
+                                                     [[0, 0]] *
+                                                     (len(value.shape) - 1))
+    value = tf.reshape(value, tf.concat(
+        [[count, batch], tf.shape(value)[1:]], 0))
+    perm = [1, 0] + list(range(2, len(value.shape)))
+    value = tf.transpose(value, perm)
+    value = tf.pad(value, [[0, 0], [0, group_size - count]] + [[0, 0]] *
+                   (len(value.shape) - 2))
+    static = [static_length] if key in TOKEN_KEYS else []
+    out[key] = tf.ensure_shape(value, [batch, group_size] + static)
+  return out, count
+
+
+def _grouped(rows, buckets, batch, group_size, pad_rows):
+  """Packed rows (`_measured`) -> groups of up to `group_size` batches of
+  one bucket, in the order their bucket's window fills (a pure function of
+  the rows' order); each with its `count` of real batches."""
+  lengths = tf.constant(buckets, tf.int32)
+  static = buckets[0] if len(buckets) == 1 else None
+
+  def reduce(key, window):
+
+    def one(rows):
+      group, count = _group(rows, batch, group_size, lengths[key], pad_rows,
+                            static)
+      return dict(group, count=count, bucket=tf.cast(key, tf.int32))
+
+    return window.batch(batch * group_size).map(one)
+
+  groups = rows.group_by_window(
+      key_func=lambda r: r["bucket"],
+      reduce_func=reduce,
+      window_size=batch * group_size)
+  return groups.filter(lambda g: g["count"] > 0)
+
+
+def _with_meta(groups, batch, first):
+  """Numbers each group's batches: `meta` int32 [batch, 2] = (position of
+  its first batch in the stream, its count), one row per example so that a
+  strategy splits it with the batch."""
+
+  def number(start, group):
+    count = tf.cast(group["count"], tf.int64)
+    meta = tf.tile(tf.stack([start, count])[tf.newaxis], [batch, 1])
+    out = {k: v for k, v in group.items() if k not in ("count", "bucket")}
+    out["meta"] = tf.cast(meta, tf.int32)
+    return start + count, out
+
+  return groups.scan(tf.cast(first, tf.int64), number)
+
+
+def train_groups(split,
+                 packer,
+                 buckets,
+                 global_batch_size,
+                 group_size,
+                 steps_per_epoch,
+                 start_step=0,
+                 seed=0,
+                 shuffle_buffer=100_000,
+                 read_stripes=1):
+  """The endless training stream in groups, from batch position `start_step`.
 
   Epoch e is the split's usable rows (a file read at `read_stripes` places
-  in round-robin) shuffled with seed (seed, e) through a bounded buffer, cut
-  into `steps_per_epoch` full batches (the remainder is dropped so shapes
-  never change). The first `start_step` batches are skipped
-  before any tokenization.
+  in round-robin) shuffled with seed (seed, e) through a bounded buffer,
+  tokenized and packed, each row routed to the smallest of `buckets` that
+  holds it, and cut per bucket into full batches of `global_batch_size`
+  (a bucket's remainder is dropped, so shapes never change):
+  `steps_per_epoch` of them, sum over the buckets (`buckets.steps_per_epoch`).
+  Batches come in groups of up to `group_size` of one bucket, the order a
+  pure function of (seed, epoch, position). With one bucket the batches
+  before `start_step` are skipped before any tokenization; with several,
+  the rows of the epoch up to there are tokenized to find their buckets.
 
   Returns:
-    Dataset of dicts: int32 `input_word_ids`, `input_mask`, `input_type_ids`
-    [global_batch_size, seq_length] and int32 `label` [global_batch_size].
+    Dataset of groups, dicts of `input_word_ids`, `input_mask`,
+    `input_type_ids` int32 [global_batch_size, group_size, bucket], `label`
+    int32 (float32 for regression) [global_batch_size, group_size] and
+    `meta` int32 [global_batch_size, 2] (the stream position of the group's
+    first batch, its count of real batches; the same on every row).
   """
   start_epoch, offset = divmod(start_step, steps_per_epoch)
   base = usable_rows(split, read_stripes)
+  measure = _measured(packer, buckets)
+  rows_per_group = global_batch_size * group_size
 
-  def epoch(e):
+  def epoch(e, skip_groups):
     epoch_seed = tf.bitwise.bitwise_xor(
         tf.cast(seed, tf.int64) * 1_000_003, tf.cast(e, tf.int64))
-    return base.shuffle(
-        shuffle_buffer, seed=epoch_seed, reshuffle_each_iteration=False).batch(
-            global_batch_size, drop_remainder=True).take(steps_per_epoch)
+    rows = base.shuffle(
+        shuffle_buffer, seed=epoch_seed, reshuffle_each_iteration=False)
+    rows = rows.skip(skip_groups * rows_per_group)
+    rows = rows.batch(_PACK_ROWS).map(
+        measure, num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True).unbatch()
+    groups = _grouped(rows, buckets, global_batch_size, group_size, False)
+    first = tf.cast(e, tf.int64) * steps_per_epoch + skip_groups * group_size
+    return _with_meta(groups, global_batch_size, first)
 
-  ds = tf.data.Dataset.range(start_epoch, 1 << 62).flat_map(epoch).skip(offset)
-  ds = ds.map(
-      _pack_batch(packer),
-      num_parallel_calls=tf.data.AUTOTUNE,
-      deterministic=True)
-  return ds.prefetch(tf.data.AUTOTUNE)
+  # One bucket: groups of the first epoch before `offset` skipped as raw
+  # rows (cheap); several: every group is built, then the ones before the
+  # position are dropped (their rows' buckets need tokenizing).
+  skip = offset // group_size if len(buckets) == 1 else 0
+  ds = epoch(start_epoch, skip).concatenate(
+      tf.data.Dataset.range(start_epoch + 1,
+                            1 << 62).flat_map(lambda e: epoch(e, 0)))
+  ds = ds.filter(lambda g: tf.cast(g["meta"][0, 0] + g["meta"][0, 1], tf.int64)
+                 > start_step)
+  return ds.prefetch(2)
 
 
-def eval_dataset(split, packer, global_batch_size):
-  """Every usable row exactly once, in full batches padded with weight 0.
+def eval_groups(split, packer, buckets, global_batch_size, group_size):
+  """Every usable row of `split` exactly once, in groups as `train_groups`
+  (in the order of the split): a bucket's last batch is filled with rows of
+  weight 0, and each group carries float32 `weight` [global_batch_size,
+  group_size] (1 for real rows, 0 for padding) and `meta`'s count of its
+  batches."""
 
-  Returns:
-    Dataset of dicts as `train_dataset` plus float32 `weight`
-    [global_batch_size] (1 for real rows, 0 for padding).
-  """
-  pack = _pack_batch(packer)
+  def weighted(texts, labels):
+    features = _measured(packer, buckets)(texts, labels)
+    features["weight"] = tf.ones_like(features["length"], tf.float32)
+    return features
 
-  def pad(texts, labels):
-    features = pack(texts, labels)
-    real = tf.shape(labels)[0]
-    missing = global_batch_size - real
-    out = {}
-    for key, value in features.items():
-      padding = [[0, missing]] + [[0, 0]] * (len(value.shape) - 1)
-      padded = tf.pad(value, padding)
-      out[key] = tf.ensure_shape(padded, [global_batch_size] +
-                                 value.shape[1:].as_list())
-    out["weight"] = tf.ensure_shape(
-        tf.concat([tf.ones([real]), tf.zeros([missing])], axis=0),
-        [global_batch_size])
-    return out
+  rows = usable_rows(split).batch(_PACK_ROWS).map(
+      weighted, num_parallel_calls=tf.data.AUTOTUNE,
+      deterministic=True).unbatch()
+  groups = _grouped(rows, buckets, global_batch_size, group_size, True)
+  return _with_meta(groups, global_batch_size, 0).prefetch(2)
 
-  ds = usable_rows(split).batch(global_batch_size).map(
-      pad, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-  return ds.prefetch(tf.data.AUTOTUNE)
+
+def batches(groups, start_step=0):
+  """The batches of a stream of groups from batch position `start_step`,
+  one element each ([batch, bucket] features, as a replica step sees them
+  whole): for tests and benchmarks that look at the stream batch by
+  batch."""
+
+  def unroll(group):
+    first, count = group["meta"][0, 0], group["meta"][0, 1]
+    features = {
+        k: tf.experimental.numpy.swapaxes(v, 0, 1)
+        for k, v in group.items()
+        if k != "meta"
+    }
+    skip = tf.maximum(
+        tf.cast(start_step, tf.int64) - tf.cast(first, tf.int64), 0)
+    return tf.data.Dataset.from_tensor_slices(features).take(
+        tf.cast(count, tf.int64)).skip(skip)
+
+  return groups.flat_map(unroll)
+
+
+def train_dataset(split,
+                  packer,
+                  buckets,
+                  global_batch_size,
+                  steps_per_epoch,
+                  group_size=8,
+                  **kwargs):
+  """`train_groups` batch by batch ([batch, bucket] features)."""
+  return batches(
+      train_groups(split, packer, buckets, global_batch_size, group_size,
+                   steps_per_epoch, **kwargs), kwargs.get("start_step", 0))
+
+
+def eval_dataset(split, packer, buckets, global_batch_size, group_size=8):
+  """`eval_groups` batch by batch ([batch, bucket] features, `weight`)."""
+  return batches(
+      eval_groups(split, packer, buckets, global_batch_size, group_size))
 
 
 def check_int_features(element_spec):
   """Raises TypeError unless every feature is int32 (weight and a
-  regression label float32) and fully static: the contract that keeps
-  strings and tables off the TPU."""
+  regression label float32) of static batch and group sizes (the length is
+  a bucket's, static per group): the contract that keeps strings and
+  tables off the TPU."""
   for key, spec in element_spec.items():
     want = tf.float32 if key == "weight" else tf.int32
     if key == "label" and spec.dtype == tf.float32:
       want = tf.float32
-    if spec.dtype != want or not spec.shape.is_fully_defined():
+    static = spec.shape[:2].is_fully_defined()
+    if spec.dtype != want or not static:
       raise TypeError(f"feature {key!r} is {spec}; replicas accept only "
-                      f"{want.name} of static shape")
+                      f"{want.name} of static batch and group sizes")

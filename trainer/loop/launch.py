@@ -16,6 +16,7 @@ import dataclasses
 from absl import logging
 import tensorflow as tf
 
+from trainer.base import buckets as buckets_lib
 from trainer.base import checks
 from trainer.base import config as config_lib
 from trainer.base import distribute
@@ -96,6 +97,7 @@ class Job:
   preprocessor: object
   writers: dict
   start_step: int
+  buckets: tuple = ()
 
   def close(self):
     self.run.close()
@@ -192,10 +194,39 @@ def _data(c, task, out):
   return splits, counts
 
 
-def _plan(c, train_examples):
+def _length_histogram(c, split, packer, out):
+  """The training rows per packed length (`input_pipeline.length_histogram`,
+  cached in `out` like the counts: a resumed run skips the pass)."""
+  key = repr((repr(split), split.source.stamp(), c.preprocessor_handle,
+              c.demo_cache_dir, c.seq_length))
+  cached = run_dir.read_json(out.length_stats)
+  if cached and cached.get("key") == key:
+    return cached["histogram"]
+  histogram = input_pipeline.length_histogram(split, packer, c.seq_length)
+  run_dir.write_json(out.length_stats,
+                     dict(key=key, histogram=[int(n) for n in histogram]))
+  return histogram
+
+
+def _buckets(c, split, packer, rows_used, out):
+  """(--seq_buckets resolved: the bucket lengths, the training examples in
+  each): `auto` chosen from the measured lengths of the training split."""
+  spec = buckets_lib.parse(c.seq_buckets, c.seq_length)
+  if spec == (c.seq_length,):
+    return spec, [rows_used]
+  histogram = _length_histogram(c, split, packer, out)
+  chosen = buckets_lib.choose(
+      histogram, c.batch_size) if spec == buckets_lib.AUTO else spec
+  logging.info("Length buckets (--seq_buckets=%s): %s", c.seq_buckets,
+               buckets_lib.describe(histogram, chosen, c.batch_size))
+  return chosen, buckets_lib.counts(histogram, chosen)
+
+
+def _plan(c, train_examples, steps_per_epoch):
   return plan_lib.make_plan(
       train_examples,
       c.batch_size,
+      steps_per_epoch=steps_per_epoch,
       epochs=c.epochs,
       train_steps=c.train_steps,
       warmup_fraction=c.warmup_fraction,
@@ -224,12 +255,13 @@ def _state(c, strategy, encoder, plan, out, route):
       io_device=distribute.io_device(strategy))
 
 
-def _write_config(run, plan, strategy, route, layer_rates):
+def _write_config(run, plan, strategy, route, layer_rates, buckets):
   run_dir.write_json(
       run.out.config_json,
       dict(
           config=dataclasses.asdict(run.config),
           task=run.task.to_json(),
+          buckets=list(buckets),
           plan=plan.durations(),
           replicas=strategy.num_replicas_in_sync,
           jit_compile=route.jit_compile,
@@ -256,15 +288,19 @@ def _check_resume(c, shared, out):
       logging.info("Resuming with %s", change)
 
 
-def _trainer(c, strategy, state, route, splits, packer, plan, run):
+def _trainer(c, strategy, state, route, data, plan, run):
   """The trainer object: the compiled train loop over the run's data (with
-  NaNs injected where a drill asks, and the profiler around its window)."""
+  NaNs injected where a drill asks, and the profiler around its window);
+  `data` is (splits, packer, buckets)."""
+  splits, packer, buckets = data
 
   def dataset(position):
-    ds = input_pipeline.train_dataset(
+    ds = input_pipeline.train_groups(
         splits["train"],
         packer,
+        buckets,
         c.batch_size,
+        c.steps_per_loop,
         plan.steps_per_epoch,
         start_step=position,
         seed=c.seed,
@@ -272,6 +308,10 @@ def _trainer(c, strategy, state, route, splits, packer, plan, run):
         read_stripes=c.read_stripes)
     input_pipeline.check_int_features(ds.element_spec)
     return iter(strategy.experimental_distribute_dataset(ds))
+
+  def meta(group):
+    first, count = strategy.experimental_local_results(group["meta"])[0][0]
+    return int(first), int(count)
 
   loop = train_step.make_train_loop(
       strategy,
@@ -283,19 +323,22 @@ def _trainer(c, strategy, state, route, splits, packer, plan, run):
           jit_compile=route.jit_compile,
           accumulation_steps=c.grad_accumulation_steps,
           loss_scale=state.loss_scale))
-  trainer = faults.wrap(trainer_lib.Trainer(state, loop, dataset, c.batch_size))
+  trainer = faults.wrap(
+      trainer_lib.Trainer(state, loop, dataset, meta, c.batch_size))
   if plan.profile and run.chief:  # a worker's trace would be its own host's
     trainer = trainer_lib.Profiled(trainer, plan.profile,
                                    run.out.summary_writer_dir("train"))
   return trainer
 
 
-def _evaluator(c, strategy, state, task, splits, packer):
+def _evaluator(c, strategy, state, task, data):
+  splits, packer, buckets = data
   eval_batch = c.eval_batch_size or c.batch_size
 
   def dataset(split):
     return lambda: strategy.experimental_distribute_dataset(
-        input_pipeline.eval_dataset(split, packer, eval_batch))
+        input_pipeline.eval_groups(split, packer, buckets, eval_batch, c.
+                                   steps_per_loop))
 
   return trainer_lib.Evaluator(
       train_step.make_eval_loop(
@@ -341,7 +384,11 @@ def _build(run, strategy, signals):
     _check_resume(c, run.shared, run.out)
   preprocessor, encoder, route = load_model(c, task, strategy)
   splits, counts = _data(c, task, run.out)
-  plan = _plan(c, counts["train"]["rows_used"])
+  packer = preprocessing.make_packer(preprocessor, c.seq_length)
+  buckets, in_buckets = _buckets(c, splits["train"], packer,
+                                 counts["train"]["rows_used"], run.out)
+  plan = _plan(c, counts["train"]["rows_used"],
+               buckets_lib.steps_per_epoch(in_buckets, c.batch_size))
   logging.info(
       "Replicas: %d, jit_compile: %s, steps: %d (%d per epoch), warmup: %d",
       strategy.num_replicas_in_sync, route.jit_compile, plan.total_steps,
@@ -349,9 +396,9 @@ def _build(run, strategy, signals):
   state = _state(c, strategy, encoder, plan, run.out, route)
   state.resume(run.shared.checkpoints, run.chief)
   _log_layer_rates(state.layer_rates)
-  _write_config(run, plan, strategy, route, state.layer_rates)
-  packer = preprocessing.make_packer(preprocessor, c.seq_length)
-  evaluator = _evaluator(c, strategy, state, task, splits, packer)
+  _write_config(run, plan, strategy, route, state.layer_rates, buckets)
+  data = (splits, packer, buckets)
+  evaluator = _evaluator(c, strategy, state, task, data)
   train_actions, evaluations, best, stop, writers = _actions(
       c, task, run, plan, state, evaluator, signals)
   return Job(
@@ -361,7 +408,7 @@ def _build(run, strategy, signals):
       plan=plan,
       counts=counts,
       state=state,
-      trainer=_trainer(c, strategy, state, route, splits, packer, plan, run),
+      trainer=_trainer(c, strategy, state, route, data, plan, run),
       evaluator=evaluator,
       evaluations=evaluations,
       best=best,
@@ -369,7 +416,8 @@ def _build(run, strategy, signals):
       stop=stop,
       preprocessor=preprocessor,
       writers=writers,
-      start_step=state.step)
+      start_step=state.step,
+      buckets=buckets)
 
 
 def setup(c, command="trainer.main", signals=None):

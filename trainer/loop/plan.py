@@ -67,11 +67,15 @@ def make_plan(train_examples,
               steps_per_loop=1,
               eval_every=0,
               checkpoint_every=0,
-              profile=None):
+              profile=None,
+              steps_per_epoch=None):
   """The Plan of a training split of `train_examples` usable examples:
-  `train_steps` steps, or `epochs` passes of examples // batch_size full
-  batches; `profile` is --profile_steps as (first, last) or None."""
-  steps_per_epoch = train_examples // batch_size
+  `train_steps` steps, or `epochs` passes of `steps_per_epoch` full batches
+  (default examples // batch_size; length buckets fill their batches
+  apart: `buckets.steps_per_epoch`); `profile` is --profile_steps as
+  (first, last) or None."""
+  if steps_per_epoch is None:
+    steps_per_epoch = train_examples // batch_size
   if steps_per_epoch < 1:
     raise errors.TrainingError(
         f"the training split has {train_examples} usable examples, fewer "

@@ -55,7 +55,13 @@ def summarize(job, result, metrics, final_step):
       nan_recoveries=result.recoveries,
       replicas=job.strategy.num_replicas_in_sync,
       total_steps=job.plan.total_steps,
-      precision=job.route.precision)
+      precision=job.route.precision,
+      buckets=list(job.buckets),
+      steps_per_bucket={
+          str(k): v
+          for k, v in sorted(getattr(job.trainer, "steps_per_length",
+                                     {}).items())
+      })
   summary.update(_prefixed("eval_", metrics))
   summary.update({
       k.split("/")[1]: v for k, v in job.state.loss_scale_scalars().items()
@@ -94,7 +100,7 @@ def _export(job):
   c = job.run.config
   export_lib.write(
       _serving_model(job), job.preprocessor, c.seq_length, job.run.task, target,
-      job.state.io_device)
+      job.state.io_device, job.buckets)
   logging.info("Exported the model of step %d to %s", job.state.step, target)
   return target
 

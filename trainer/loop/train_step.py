@@ -236,21 +236,42 @@ def make_predict_step(model, regression=False):
   return step
 
 
-def make_train_loop(strategy, step):
-  """Returns train_loop(iterator, num_steps) -> (mean loss, mean grad norm).
+def batch_of(group, i):
+  """Batch `i` of a group (`input_pipeline.train_groups`: features
+  [batch, group_size, ...], batch-major): [batch, ...] features."""
+  return {k: v[:, i] for k, v in group.items() if k != "meta"}
 
-  `iterator` yields distributed batches; `num_steps` is an int32 scalar
-  tensor. The loss is averaged over the loop's steps, the gradient norm
-  over the steps that applied their update (float16 overflows skip).
+
+def group_count(strategy, group):
+  """The real batches of a distributed group (its `meta`, the same on every
+  replica), as a scalar tensor."""
+  return strategy.experimental_local_results(group["meta"])[0][0, 1]
+
+
+def make_train_loop(strategy, step):
+  """Returns train_loop(group, offset, num_steps) -> (mean loss, mean grad
+  norm, steps applied).
+
+  `group` is a distributed group of batches of one length
+  (`input_pipeline.train_groups`); the loop runs batches offset ..
+  offset + num_steps - 1 of it, one `strategy.run` each inside `tf.range`
+  (`offset` and `num_steps` int32 scalar tensors, so it never retraces for
+  them). It is traced once per group shape: once per bucket, which is one
+  compiled program per bucket on a TPU or under XLA. The loss is averaged
+  over the steps, the gradient norm over the steps that applied their
+  update (float16 overflows skip).
   """
 
+  def replica_step(group, i):
+    return step(batch_of(group, i))
+
   @tf.function
-  def train_loop(iterator, num_steps):
+  def train_loop(group, offset, num_steps):
     loss_sum = tf.constant(0.0)
     norm_sum = tf.constant(0.0)
     applied = tf.constant(0.0)
-    for _ in tf.range(num_steps):
-      out = strategy.run(step, args=(next(iterator),))
+    for i in tf.range(offset, offset + num_steps):
+      out = strategy.run(replica_step, args=(group, i))
       loss_sum += strategy.reduce(
           tf.distribute.ReduceOp.SUM, out["loss"], axis=None)
       norm_sum += strategy.reduce(
@@ -258,23 +279,27 @@ def make_train_loop(strategy, step):
       applied += strategy.reduce(
           tf.distribute.ReduceOp.MEAN, out["applied"], axis=None)
     n = tf.cast(num_steps, tf.float32)
-    return loss_sum / n, norm_sum / tf.maximum(applied, 1.0)
+    return loss_sum / n, norm_sum / tf.maximum(applied, 1.0), applied
 
   return train_loop
 
 
 def make_eval_loop(strategy, step, num_classes):
-  """Returns eval_loop(dataset) -> the float32 sums of `eval_layout` over
-  a distributed eval dataset (every example once); for a regression also
-  `GATHERED`, each [examples incl. padding] in dataset order."""
+  """Returns eval_loop(group) -> the float32 sums of `eval_layout` over the
+  real batches of a distributed eval group (`input_pipeline.eval_groups`);
+  for a regression also `GATHERED`, each [the group's examples incl.
+  padding] in order. Traced once per bucket."""
   layout = eval_layout(num_classes)
   sizes = [int(np.prod(shape, dtype=np.int64)) for _, shape in layout]
   gathered = GATHERED if num_classes == 1 else ()
 
+  def replica_step(group, i):
+    return step(batch_of(group, i))
+
   @tf.function
-  def eval_loop(dataset):
+  def eval_loop(group):
     # One flat accumulator: autograph leaks tensors of a dict mutated in a
-    # `for batch in dataset` loop.
+    # loop.
     totals = tf.zeros([sum(sizes)])
     arrays = tuple(
         tf.TensorArray(
@@ -284,9 +309,9 @@ def make_eval_loop(strategy, step, num_classes):
             infer_shape=False,
             element_shape=tf.TensorShape([None]))  # concat of none: [0]
         for _ in gathered)
-    i = tf.constant(0)
-    for batch in dataset:
-      out = strategy.run(step, args=(batch,))
+    count = group_count(strategy, group)
+    for i in tf.range(count):
+      out = strategy.run(replica_step, args=(group, i))
       totals += tf.concat([
           tf.reshape(
               strategy.reduce(tf.distribute.ReduceOp.SUM, out[name], axis=None),
@@ -295,7 +320,6 @@ def make_eval_loop(strategy, step, num_classes):
       arrays = tuple(
           a.write(i, tf.cast(strategy.gather(out[name], axis=0), tf.float32))
           for a, name in zip(arrays, gathered))
-      i += 1
     parts = tf.split(totals, sizes)
     result = {
         name: tf.reshape(part, shape)
@@ -304,15 +328,36 @@ def make_eval_loop(strategy, step, num_classes):
     result.update({name: a.concat() for a, name in zip(arrays, gathered)})
     return result
 
+  eval_loop.layout, eval_loop.gathered = layout, gathered
   return eval_loop
 
 
-def evaluate(eval_loop, dataset, metric_names=("accuracy",)):
-  """One eval pass: mean loss, the example count and `metric_names`
-  (`metrics.from_confusion` / `from_scores`); for classification also
-  accuracy, the confusion matrix (int counts, rows: true class) and, for
-  two classes, the PR histograms (`histograms`: positive, negative)."""
-  totals = {k: v.numpy() for k, v in eval_loop(dataset).items()}
+def _sum_groups(eval_loop, groups):
+  """The eval sums over every group of a distributed eval dataset (the
+  gathered arrays concatenated in order)."""
+  totals = None
+  for group in groups:
+    out = {k: v.numpy() for k, v in eval_loop(group).items()}
+    if totals is None:
+      totals = out
+      continue
+    for key, value in out.items():
+      totals[key] = (
+          np.concatenate([totals[key], value])
+          if key in GATHERED else totals[key] + value)
+  return totals
+
+
+def evaluate(eval_loop, groups, metric_names=("accuracy",)):
+  """One eval pass over a distributed dataset of eval groups: mean loss, the
+  example count and `metric_names` (`metrics.from_confusion` /
+  `from_scores`); for classification also accuracy, the confusion matrix
+  (int counts, rows: true class) and, for two classes, the PR histograms
+  (`histograms`: positive, negative)."""
+  totals = _sum_groups(eval_loop, groups)
+  if totals is None:  # an empty split: the sums of no batch
+    totals = {k: np.zeros(shape, np.float32) for k, shape in eval_loop.layout}
+    totals.update({k: np.zeros([0], np.float32) for k in eval_loop.gathered})
   n = max(float(totals["weight_sum"]), 1.0)
   out = dict(
       loss=float(totals["loss_sum"]) / n,

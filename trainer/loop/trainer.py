@@ -1,12 +1,13 @@
 """The trainer object (Orbit's `StandardTrainer` contract) and its wrappers.
 
 `Trainer.train(num_steps) -> LoopOutput` runs one loop: `num_steps` steps
-in one call of the compiled train loop (`tf.range` around `strategy.run`),
-then the host work of that loop (reading its loss, gradient norm and
-learning rate back). It owns the loop function, the data iterator, and the
-re-seek of both after a rollback (`roll_back`); the checkpoints are the
-`TrainState`'s. What happens between loops is not its business
-(`trainer.loop.actions`, handed to `controller.train`).
+in a call of the compiled train loop (`tf.range` around `strategy.run`)
+per group of same-length batches it touches, then the host work of that
+loop (reading its loss, gradient norm and learning rate back). It owns the
+loop function, the data iterator, and the re-seek of both after a rollback
+(`roll_back`); the checkpoints are the `TrainState`'s. What happens between
+loops is not its business (`trainer.loop.actions`, handed to
+`controller.train`).
 
 `Evaluator` only evaluates (Orbit's `StandardEvaluator`): one pass over
 each validation split, its metrics. `Profiled` wraps a trainer with
@@ -26,44 +27,75 @@ from trainer.loop import train_step
 class Trainer:
   """Trains a `TrainState` loop by loop.
 
+  The data comes in groups of batches of one bucket (`input_pipeline.
+  train_groups`); a loop of `num_steps` steps runs them one call of the
+  compiled loop per group it touches (one, unless the loop crosses into the
+  next group), each call's batches of one bucket.
+
   Args:
     state: the run's `train_state.TrainState` (model, AdamW, data position,
       checkpoints).
-    train_loop: `train_step.make_train_loop`'s function (iterator, num_steps)
-      -> (mean loss, mean gradient norm).
-    dataset: position -> an iterator of distributed training batches from
+    train_loop: `train_step.make_train_loop`'s function (group, offset,
+      num_steps) -> (mean loss, mean gradient norm, steps applied).
+    dataset: position -> an iterator of distributed training groups from
       that batch position on.
+    meta: a distributed group -> (its first batch's position, its count of
+      batches), Python ints.
     batch_size: the global batch size (examples per step).
   """
 
-  def __init__(self, state, train_loop, dataset, batch_size):
+  def __init__(self, state, train_loop, dataset, meta, batch_size):
     self.state = state
-    self._train_loop = train_loop
-    self._dataset = dataset
+    self._train_loop, self._dataset, self._meta = train_loop, dataset, meta
     self.batch_size = batch_size
-    self._iterator = None
+    self._groups = self._group = None
+    self._used = self._count = self._length = 0
+    self.steps_per_length = {}  # bucket length -> steps trained in it
 
   @property
   def step(self):
     return self.state.step
 
+  def _segment(self, remaining):
+    """(group, offset, steps) of the next call: the current group's next
+    batches, or a new group's (the data position says where in it)."""
+    if self._groups is None:
+      self._groups = self._dataset(self.state.data_position)
+      self._group = None
+    if self._group is None or self._used >= self._count:
+      self._group = next(self._groups)
+      first, self._count = self._meta(self._group)
+      self._used = self.state.data_position - first
+      self._length = _length_of(self._group)
+    steps = min(remaining, self._count - self._used)
+    return self._group, self._used, steps
+
   def train(self, num_steps):
-    """Runs `num_steps` steps in one call; returns their LoopOutput."""
-    if self._iterator is None:
-      self._iterator = self._dataset(self.state.data_position)
+    """Runs `num_steps` steps; returns their LoopOutput."""
     start, position = self.state.step, self.state.data_position
     host.keep_malloc_fast()
     started = time.perf_counter()
-    loss, grad_norm = self._train_loop(self._iterator, tf.constant(num_steps))
-    loss, grad_norm = float(loss), float(grad_norm)  # waits for the device
+    remaining, loss_sum, norm_sum, applied_sum = num_steps, 0.0, 0.0, 0.0
+    while remaining:
+      group, offset, steps = self._segment(remaining)
+      loss, norm, applied = self._train_loop(group, tf.constant(offset),
+                                             tf.constant(steps))
+      applied = float(applied)  # waits for the device
+      loss_sum += float(loss) * steps
+      norm_sum += float(norm) * max(applied, 1.0)
+      applied_sum += applied
+      self._used += steps
+      remaining -= steps
+      self.steps_per_length[self._length] = self.steps_per_length.get(
+          self._length, 0) + steps
     seconds = time.perf_counter() - started
     step = start + num_steps
     return controller.LoopOutput(
         start=start,
         step=step,
         position=position,
-        loss=loss,
-        grad_norm=grad_norm,
+        loss=loss_sum / num_steps,
+        grad_norm=norm_sum / max(applied_sum, 1.0),
         seconds=seconds,
         examples=num_steps * self.batch_size,
         learning_rate=float(self.state.optimizer.schedule(step - 1)),
@@ -77,7 +109,15 @@ class Trainer:
     the batches of a bad loop); the next loop reads from there."""
     self.state.restore(checkpoint)
     self.state.skip_to(position)
-    self._iterator = None
+    self._groups = self._group = None
+
+
+def _length_of(group):
+  """The sequence length (bucket) of a distributed group, from its static
+  shape (no device read)."""
+  ids = group["input_word_ids"]
+  values = getattr(ids, "values", (ids,))
+  return int(values[0].shape[-1])
 
 
 class Profiled:

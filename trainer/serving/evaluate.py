@@ -99,7 +99,9 @@ def serving(c, task, export_dir="", checkpoint=""):
   _check_pairs(task, tasks.resolve(saved).pairs, f"the run in {c.model_dir}")
   preprocessor, model, _, _ = export.load_classifier(
       dataclasses.replace(saved, demo_cache_dir=c.demo_cache_dir), checkpoint)
-  module = export.serving_module(model, preprocessor, c.seq_length, task)
+  module = export.serving_module(
+      model, preprocessor, c.seq_length, task,
+      export.read_saved_buckets(c.model_dir, c.seq_length))
   return lambda texts: call(module.serve, texts), task.class_names
 
 
@@ -139,6 +141,26 @@ def _demo_data(c, data):
       data, demo_files=(paths["train"], paths["validation"]))
 
 
+# Word-count boundaries of the batches `score` forms: texts of like length
+# together, so the export packs each batch to a small bucket.
+_WORD_BOUNDARIES = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+
+
+def by_length(rows, batch_size):
+  """(texts, labels) rows -> batches of texts of like length in words (the
+  order of the rows changes; the metrics do not)."""
+
+  def words(texts, label):
+    del label  # a pair's texts count together
+    return tf.size(
+        tf.strings.split(tf.strings.reduce_join(texts, separator=" ")))
+
+  return rows.bucket_by_sequence_length(
+      words,
+      list(_WORD_BOUNDARIES), [batch_size] * (len(_WORD_BOUNDARIES) + 1),
+      no_padding=True)
+
+
 def score(task, serve, split, class_names=None, batch_size=256):
   """Runs `serve` over the usable rows of Split `split`; returns the
   metrics dict (and the probabilities' PR histograms, two classes)."""
@@ -150,8 +172,8 @@ def score(task, serve, split, class_names=None, batch_size=256):
         "flags, --label_map and --text_column/--label_column")
   labels, outputs = [], []
   key = "scores" if task.regression else "probabilities"
-  for texts, batch_labels in input_pipeline.usable_rows(split).batch(
-      batch_size):
+  for texts, batch_labels in by_length(
+      input_pipeline.usable_rows(split), batch_size):
     outputs.append(serve(texts)[key].numpy())
     labels.append(batch_labels.numpy())
   outputs, labels = np.concatenate(outputs), np.concatenate(labels)

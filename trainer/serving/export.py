@@ -54,11 +54,14 @@ class ServingModule(tf.Module):
                seq_length,
                class_names,
                pairs=False,
-               regression=False):
+               regression=False,
+               buckets=None):
     super().__init__(name="serving")
     self.preprocessor = preprocessor
     self.model = model
-    self._pack = preprocessing.make_packer(preprocessor, seq_length)
+    self._pack = bucketed_packer(
+        preprocessing.make_packer(preprocessor, seq_length), buckets or
+        (seq_length,))
     self._class_names = list(class_names)
     self._regression = regression
     inputs = _PAIR if pairs else (_TEXT,)
@@ -81,6 +84,31 @@ class ServingModule(tf.Module):
     names = tf.gather(tf.constant(self._class_names), class_ids)
     return dict(
         probabilities=probabilities, class_ids=class_ids, class_names=names)
+
+
+def bucketed_packer(pack, buckets):
+  """`pack` (strings -> inputs at --seq_length) cut to the smallest of
+  `buckets` that holds the longest text of the call: a request of short
+  texts pays for their length, not for --seq_length. Only padding is cut,
+  so a text gets the same outputs whichever bucket it lands in (up to float
+  rounding)."""
+  edges = tf.constant(buckets, tf.int32)
+
+  def packed(strings):
+    inputs = pack(strings)
+    longest = tf.reduce_max(
+        tf.concat([tf.reduce_sum(inputs["input_mask"], axis=1), [0]], 0))
+    length = tf.gather(edges, tf.searchsorted(edges, [longest]))[0]
+    return {k: v[:, :length] for k, v in inputs.items()}
+
+  return packed
+
+
+def read_saved_buckets(model_dir, seq_length):
+  """The buckets a run trained with (config.json's `buckets`), else the
+  one --seq_length of a run from before them."""
+  saved = run_dir.read_json(os.path.join(model_dir, "config.json")) or {}
+  return tuple(saved.get("buckets") or (seq_length,))
 
 
 def read_run_config(model_dir):
@@ -146,10 +174,11 @@ def load_classifier(c, checkpoint="", io_device=None):
   return preprocessor, model, path, int(step.numpy())
 
 
-def serving_module(model, preprocessor, seq_length, task):
-  """The ServingModule of a classifier of Task `task`."""
+def serving_module(model, preprocessor, seq_length, task, buckets=None):
+  """The ServingModule of a classifier of Task `task` (serving in the
+  lengths of `buckets`, default --seq_length only)."""
   return ServingModule(preprocessor, model, seq_length, task.class_names,
-                       task.pairs, task.regression)
+                       task.pairs, task.regression, buckets)
 
 
 def _save_options(io_device=None):
@@ -248,11 +277,18 @@ def _remove_quietly(path):
     pass  # Never created, or an object store with no folder to remove.
 
 
-def write(model, preprocessor, seq_length, task, export_dir, io_device=None):
+def write(model,
+          preprocessor,
+          seq_length,
+          task,
+          export_dir,
+          io_device=None,
+          buckets=None):
   """Exports classifier `model` of Task `task` with its preprocessor to
-  `export_dir` (atomically: `write_export`); returns export_dir."""
+  `export_dir` (atomically: `write_export`), serving in the lengths of
+  `buckets`; returns export_dir."""
   module = serving_module(
-      model_lib.for_serving(model), preprocessor, seq_length, task)
+      model_lib.for_serving(model), preprocessor, seq_length, task, buckets)
   return write_export(module, export_dir, io_device)
 
 
@@ -281,6 +317,7 @@ def export_run(model_dir,
   where = run_dir.locations(c.model_dir, c.checkpoint_dir, c.summary_dir,
                             c.export_base_dir)
   export_dir = write(model, preprocessor, c.seq_length, tasks.resolve(c),
-                     where.export_dir(step), io_device)
+                     where.export_dir(step), io_device,
+                     read_saved_buckets(model_dir, c.seq_length))
   logging.info("Exported %s (step %d) to %s", path, step, export_dir)
   return export_dir

@@ -93,39 +93,66 @@ def read_tfds(name, split, text_key="", data_dir=""):
     yield texts if len(texts) > 1 else texts[0]
 
 
+# Texts read ahead and sorted by length before batching, so a batch holds
+# texts of like length and the export packs it to a small bucket; the rows
+# still come out in the input's order.
+_SORT_BATCHES = 8
+
+
+def _words(text):
+  """A text's length in words (both texts of a pair): the sort key."""
+  return sum(len(t.split()) for t in text) if isinstance(text, tuple) else len(
+      text.split())
+
+
+def _rows(batch, out, pairs):
+  for i, text in enumerate(batch):
+    row = dict(text=text[0], text_pair=text[1]) if pairs else dict(text=text)
+    if "scores" in out:
+      row["score"] = round(float(out["scores"][i]), 6)
+    else:
+      row.update(
+          class_id=int(out["class_ids"][i]),
+          class_name=out["class_names"][i].numpy().decode(),
+          probabilities=[
+              round(float(x), 6) for x in out["probabilities"][i].numpy()
+          ])
+    yield row
+
+
+def _serve(serve, batch, pairs):
+  if pairs:
+    return serve(
+        text=tf.constant([t[0] for t in batch]),
+        text_pair=tf.constant([t[1] for t in batch]))
+  return serve(text=tf.constant(batch))
+
+
 def predictions(serve, texts, batch_size=256):
   """Yields one dict per text (a string, or a (text, text_pair) tuple for
-  a pair model): text[, text_pair], class_id, class_name, probabilities
-  (a regression model: score)."""
+  a pair model), in the order of `texts`: text[, text_pair], class_id,
+  class_name, probabilities (a regression model: score). Reads
+  `_SORT_BATCHES` batches ahead and batches them by length."""
   texts = iter(texts)
   pairs = export.pairs(serve)
   while True:
-    batch = list(itertools.islice(texts, batch_size))
-    if not batch:
+    window = list(itertools.islice(texts, batch_size * _SORT_BATCHES))
+    if not window:
       return
-    if pairs != isinstance(batch[0], tuple):
+    if pairs != isinstance(window[0], tuple):
       raise PredictError("this export takes " +
                          ("sentence pairs: give --text with "
                           "--text_pair, or --text_column=a,b"
                           if pairs else "one text: give one --text_column"))
-    if pairs:
-      out = serve(
-          text=tf.constant([t[0] for t in batch]),
-          text_pair=tf.constant([t[1] for t in batch]))
-    else:
-      out = serve(text=tf.constant(batch))
-    for i, text in enumerate(batch):
-      row = dict(text=text[0], text_pair=text[1]) if pairs else dict(text=text)
-      if "scores" in out:
-        row["score"] = round(float(out["scores"][i]), 6)
-      else:
-        row.update(
-            class_id=int(out["class_ids"][i]),
-            class_name=out["class_names"][i].numpy().decode(),
-            probabilities=[
-                round(float(x), 6) for x in out["probabilities"][i].numpy()
-            ])
-      yield row
+    order = sorted(range(len(window)), key=lambda i: _words(window[i]))
+    rows = [None] * len(window)
+    for start in range(0, len(order), batch_size):
+      picked = order[start:start + batch_size]
+      batch = [window[i] for i in picked]
+      for i, row in zip(picked, _rows(batch, _serve(serve, batch, pairs),
+                                      pairs)):
+        rows[i] = row
+    yield from rows
 
 
 def write(predictions, output_file):

@@ -1,0 +1,145 @@
+"""Length buckets: a few fixed sequence lengths, each example in the smallest
+that holds it (--seq_buckets).
+
+Every batch the replicas receive is still static-shaped, [batch, bucket]
+int32: a TPU (or XLA) compiles one program per bucket and pays only for the
+tokens a bucket holds, not for --seq_length on every example. --seq_length
+stays the truncation length and the last bucket.
+
+`parse` reads the flag; `choose` picks the buckets of `auto` from the
+training data's measured lengths (`input_pipeline.length_histogram`), with
+the padded tokens (the compute, nearly linear in the length at BERT's
+sizes) as small as a few buckets allow; `describe` is the log line. How an
+epoch counts its steps: each bucket's examples make floor(n_bucket / batch)
+full batches (the remainder waits for the next epoch, as the remainder of an
+unbucketed epoch does), so `steps_per_epoch` is their sum, known exactly
+from the counts before training starts.
+"""
+
+import re
+
+import numpy as np
+
+from trainer.base import errors
+
+AUTO, NONE = "auto", "none"
+MULTIPLE = 8  # bucket lengths of auto: multiples of 8 (TPU tiles, XLA pads)
+MAX_AUTO_BUCKETS = 4
+# auto gives a bucket at least this many batches of examples: a bucket with
+# fewer than one batch would never train its examples.
+MIN_BATCHES = 4
+
+
+def parse(spec, seq_length):
+  """--seq_buckets -> a tuple of lengths ending at `seq_length`, or AUTO.
+
+  Raises:
+    ConfigError: not `auto`, `none` or ascending lengths in [3, seq_length].
+  """
+  spec = spec.strip().lower()
+  if spec == AUTO:
+    return AUTO
+  if spec == NONE:
+    return (seq_length,)
+  if not re.fullmatch(r"\d+(\s*,\s*\d+)*", spec):
+    raise errors.ConfigError(
+        f"--seq_buckets={spec!r} is invalid: give auto, none or ascending "
+        "lengths, e.g. 16,32,64")
+  lengths = [int(x) for x in spec.split(",")]
+  if lengths != sorted(set(lengths)) or lengths[0] < 3:
+    raise errors.ConfigError(
+        f"--seq_buckets={spec!r} is invalid: the lengths must ascend, each "
+        "at least 3 (room for [CLS], a token and [SEP])")
+  if lengths[-1] > seq_length:
+    raise errors.ConfigError(
+        f"--seq_buckets={spec!r} is invalid: {lengths[-1]} is over "
+        f"--seq_length={seq_length}, the truncation length and the last "
+        "bucket; raise --seq_length or drop it")
+  return tuple(lengths) + (() if lengths[-1] == seq_length else (seq_length,))
+
+
+def _cost(histogram, buckets):
+  """Padded tokens of `histogram` (examples per packed length) in
+  `buckets`."""
+  total, low = 0, 0
+  for b in buckets:
+    total += int(histogram[low + 1:b + 1].sum()) * b
+    low = b
+  return total
+
+
+def choose(histogram, batch_size, max_buckets=MAX_AUTO_BUCKETS):
+  """The buckets of `auto`: up to `max_buckets` lengths, multiples of 8 but
+  the last (`seq_length`, len(histogram) - 1), that make the padded tokens
+  of the measured lengths fewest, each bucket holding at least MIN_BATCHES
+  batches of examples.
+
+  Args:
+    histogram: int [seq_length + 1]: usable training examples per packed
+      length (index = tokens including [CLS] and [SEP]).
+    batch_size: the global batch size.
+    max_buckets: at most this many buckets.
+  """
+  histogram = np.asarray(histogram, np.int64)
+  seq_length = len(histogram) - 1
+  minimum = MIN_BATCHES * batch_size
+  edges = [b for b in range(MULTIPLE, seq_length, MULTIPLE)] + [seq_length]
+  below = np.concatenate([[0], np.cumsum(histogram)])  # examples <= length
+  # best[k][j]: (cost, buckets) of k buckets ending at edges[j].
+  best = [{} for _ in range(max_buckets + 1)]
+  for j, edge in enumerate(edges):
+    rows = below[edge + 1]
+    if rows >= minimum or (rows and edge == seq_length and j == 0):
+      best[1][j] = (int(rows) * edge, (edge,))
+  for k in range(2, max_buckets + 1):
+    for j, edge in enumerate(edges):
+      options = []
+      for i in range(j):
+        if i not in best[k - 1]:
+          continue
+        rows = below[edge + 1] - below[edges[i] + 1]
+        if rows >= minimum:
+          cost, chosen = best[k - 1][i]
+          options.append((cost + int(rows) * edge, chosen + (edge,)))
+      if options:
+        best[k][j] = min(options)
+  last = len(edges) - 1
+  found = [best[k][last] for k in range(1, max_buckets + 1) if last in best[k]]
+  return min(found)[1] if found else (seq_length,)
+
+
+def counts(histogram, buckets):
+  """Examples per bucket of `histogram` (examples per packed length)."""
+  histogram = np.asarray(histogram, np.int64)
+  out, low = [], 0
+  for b in buckets:
+    out.append(int(histogram[low + 1:b + 1].sum()))
+    low = b
+  return out
+
+
+def steps_per_epoch(bucket_counts, batch_size):
+  """Full batches an epoch makes: floor(examples / batch) per bucket."""
+  return sum(n // batch_size for n in bucket_counts)
+
+
+def describe(histogram, buckets, batch_size):
+  """The log line: each bucket's share of the examples and of its padding,
+  and the padded tokens against one --seq_length for all."""
+  histogram = np.asarray(histogram, np.int64)
+  seq_length = len(histogram) - 1
+  real = int((histogram * np.arange(len(histogram))).sum())
+  rows = int(histogram.sum()) or 1
+  parts, low = [], 0
+  for b, n in zip(buckets, counts(histogram, buckets)):
+    lengths = np.arange(low + 1, b + 1)
+    tokens = int((histogram[low + 1:b + 1] * lengths).sum())
+    padding = 1 - tokens / (n * b) if n else 0.0
+    dropped = " (fewer than a batch: never trained)" if n < batch_size else ""
+    parts.append(f"{b}: {n / rows:.1%} of examples, {padding:.0%} padding"
+                 f"{dropped}")
+    low = b
+  padded = _cost(histogram, buckets)
+  return (f"{'; '.join(parts)}; {padded / (rows * seq_length):.0%} of the "
+          f"tokens of --seq_length={seq_length} for all, "
+          f"{1 - real / max(padded, 1):.0%} padding")
