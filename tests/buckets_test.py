@@ -26,13 +26,13 @@ def test_parse_keeps_auto_and_ends_every_list_at_seq_length():
   assert buckets.parse("64", 64) == (64,)
 
 
-@pytest.mark.parametrize(
-    "spec, says",
-    [("32,16", "must ascend"), ("16,16", "must ascend"),
-     ("2,16", "at least 3"), ("16,128", "128 is over --seq_length=64"),
-     ("sixteen", "give auto, none or ascending lengths"),
-     ("", "give auto, none or ascending lengths"),
-     ("16,,32", "give auto, none or ascending lengths")])
+@pytest.mark.parametrize("spec, says",
+                         [("32,16", "must ascend"), ("16,16", "must ascend"),
+                          ("2,16", "at least 3"),
+                          ("16,128", "128 is over --seq_length=64"),
+                          ("sixteen", "give auto, none or ascending lengths"),
+                          ("", "give auto, none or ascending lengths"),
+                          ("16,,32", "give auto, none or ascending lengths")])
 def test_parse_refuses_a_bad_list_in_one_line_naming_the_flag(spec, says):
   with pytest.raises(errors.ConfigError) as e:
     buckets.parse(spec, 64)
@@ -87,11 +87,13 @@ def test_describe_gives_each_buckets_share_and_padding():
   # 8: 4 rows of 4 tokens (50% padding); 32: 4 rows of 16 (50%), batch 8:
   # both under one batch. Padded tokens 4*8 + 4*32 = 160 of 8*32 = 256.
   h = _histogram(32, {4: 4, 16: 4})
-  assert buckets.describe(h, (8, 32), batch_size=8) == (
-      "8: 50.0% of examples, 50% padding (fewer than a batch: never "
-      "trained); 32: 50.0% of examples, 50% padding (fewer than a batch: "
-      "never trained); 62% of the tokens of --seq_length=32 for all, 50% "
-      "padding")
-  assert buckets.describe(h, (32,), batch_size=2) == (
-      "32: 100.0% of examples, 69% padding; 100% of the tokens of "
-      "--seq_length=32 for all, 69% padding")
+  assert buckets.describe(
+      h, (8, 32), batch_size=8) == (
+          "8: 50.0% of examples, 50% padding (fewer than a batch: never "
+          "trained); 32: 50.0% of examples, 50% padding (fewer than a batch: "
+          "never trained); 62% of the tokens of --seq_length=32 for all, 50% "
+          "padding")
+  assert buckets.describe(
+      h, (32,), batch_size=2) == (
+          "32: 100.0% of examples, 69% padding; 100% of the tokens of "
+          "--seq_length=32 for all, 69% padding")

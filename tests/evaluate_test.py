@@ -176,7 +176,7 @@ def test_score_batches_rows_of_like_length_each_once():
     counts = [words[i] + 1 for i in labels.numpy()]
     ranges = {np.searchsorted(edges, n, side="right") for n in counts}
     assert len(ranges) == 1, counts
-  pairs = tf.data.Dataset.from_tensor_slices(([["a b", "c"], ["d", "e"]],
-                                              [0, 1]))
+  pairs = tf.data.Dataset.from_tensor_slices(([["a b", "c"], ["d",
+                                                              "e"]], [0, 1]))
   (pair_texts, labels), = list(evaluate.by_length(pairs, 4))
   assert pair_texts.shape == (2, 2) and labels.numpy().tolist() == [0, 1]

@@ -104,18 +104,21 @@ def test_a_text_gets_the_same_probabilities_in_every_bucket(demo_run):
   for all."""
   assert demo_run["summary"]["buckets"] == [8, 32]
   loaded = tf.saved_model.load(demo_run["export_dir"])
-  serve, preprocess = (loaded.signatures[k]
-                       for k in ("serving_default", "preprocess"))
+  serve, preprocess = (
+      loaded.signatures[k] for k in ("serving_default", "preprocess"))
   short = ["the movie was great", "my day was awful", "", "zzz qqq"]
   longer = short + ["the service was horrible " * 3]
   longest = short + [TEXTS[-1]]
-  ids = [preprocess(text=tf.constant(t))["input_word_ids"] for t in
-         (short, longer, longest)]
+  ids = [
+      preprocess(text=tf.constant(t))["input_word_ids"]
+      for t in (short, longer, longest)
+  ]
   assert [i.shape[1] for i in ids] == [8, 32, 32]
   np.testing.assert_array_equal(ids[0], ids[1][:4, :8])
   assert (ids[1][:4, 8:].numpy() == 0).all()
-  alone, among_long = (serve(text=tf.constant(t))["probabilities"].numpy()
-                       for t in (short, longer))
+  alone, among_long = (
+      serve(text=tf.constant(t))["probabilities"].numpy()
+      for t in (short, longer))
   np.testing.assert_allclose(alone, among_long[:4], atol=1e-5)
   # The same classifier served at --seq_length only: the same numbers.
   c = export.read_run_config(demo_run["model_dir"])

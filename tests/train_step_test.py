@@ -405,13 +405,13 @@ def _bucketed_training(strategy, encoder_path, split, packer, spe):
   groups = input_pipeline.train_groups(
       split, packer, (4, 8), 4, 2, spe, seed=1, shuffle_buffer=64)
   model, opt = _build(strategy, encoder_path, total_steps=2 * spe)
-  loop = train_step.make_train_loop(
-      strategy, train_step.make_train_step(model, opt, 4))
+  loop = train_step.make_train_loop(strategy,
+                                    train_step.make_train_step(model, opt, 4))
   losses, lengths, done = [], [], 0
   for group in strategy.experimental_distribute_dataset(groups):
     count = int(train_step.group_count(strategy, group))
-    lengths.append(
-        strategy.experimental_local_results(group["input_word_ids"])[0].shape[2])
+    ids = strategy.experimental_local_results(group["input_word_ids"])[0]
+    lengths.append(ids.shape[2])
     losses.append(float(loop(group, tf.constant(0), tf.constant(count))[0]))
     done += count
     if done >= 2 * spe:
@@ -448,13 +448,11 @@ def test_bucketed_groups_give_one_and_two_replicas_the_same_weights(
   with two.scope():
     model = model_lib.Classifier(
         hub.load(no_dropout_encoder), 2, dropout_rate=0.0, seed=3)
-  eval_loop = train_step.make_eval_loop(
-      two, train_step.make_eval_step(model, 2), 2)
+  eval_loop = train_step.make_eval_loop(two,
+                                        train_step.make_eval_step(model, 2), 2)
   groups = input_pipeline.eval_groups(split, packer, (4, 8), 4, 2)
-  passes = [
-      train_step.evaluate(eval_loop, two.experimental_distribute_dataset(groups))
-      for _ in range(2)
-  ]
+  dist = two.experimental_distribute_dataset(groups)
+  passes = [train_step.evaluate(eval_loop, dist) for _ in range(2)]
   assert [p["examples"] for p in passes] == [40, 40]
   assert passes[0]["loss"] == passes[1]["loss"]
   assert eval_loop.experimental_get_tracing_count() == 2

@@ -58,9 +58,8 @@ def summarize(job, result, metrics, final_step):
       precision=job.route.precision,
       buckets=list(job.buckets),
       steps_per_bucket={
-          str(k): v
-          for k, v in sorted(getattr(job.trainer, "steps_per_length",
-                                     {}).items())
+          str(k): v for k, v in sorted(
+              getattr(job.trainer, "steps_per_length", {}).items())
       })
   summary.update(_prefixed("eval_", metrics))
   summary.update({
