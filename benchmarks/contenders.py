@@ -30,7 +30,8 @@ SIZES = {
             max_position_embeddings=512),
 }
 CONTENDERS = ("trainer_best", "trainer_loop1", "trainer_naive", "trainer_bf16",
-              "keras_recipe", "keras_recipe_spe", "keras_hub", "keras_hub_bf16")
+              "trainer_bucketed", "trainer_bucketed_bf16", "keras_recipe",
+              "keras_recipe_spe", "keras_hub", "keras_hub_bf16")
 # Raced only when asked for (--contenders): float16 is for GPUs; on a CPU
 # it is emulated, and says nothing about speed.
 OPTIONAL = ("trainer_fp16", "keras_hub_fp16")
@@ -38,6 +39,7 @@ PEERS = ("keras_recipe", "keras_recipe_spe", "keras_hub")  # float32 peers
 # The precision each contender computes in (for the matmul rate of its MFU).
 PRECISION = dict(
     trainer_bf16="bfloat16",
+    trainer_bucketed_bf16="bfloat16",
     keras_hub_bf16="bfloat16",
     trainer_fp16="float16",
     keras_hub_fp16="float16")
@@ -126,21 +128,48 @@ class _Contender:
     self.run(self.steps_per_call)
 
 
+# The MRPC race's data: GLUE's own train.tsv (pairs), as
+# flags/glue_mrpc_minilm_cpu.flags reads it.
+MRPC = os.path.join(
+    os.path.dirname(ROOT), "shared", "data", "glue", "MRPC", "train.tsv")
+MRPC_FLAGS = dict(
+    quoting="none",
+    text_column="#1 String,#2 String",
+    label_column="Quality",
+    label_map="")
+
+
 class TrainerContender(_Contender):
   """The trainer as `python -m trainer.main` sets it up (`train_lib.setup`),
-  timed over whole loops of its trainer object (`Trainer.train`)."""
+  timed over whole loops of its trainer object (`Trainer.train`).
 
-  def __init__(self, args, paths, steps_per_loop, jit_compile):
+  `seq_buckets`: "none" (every example at --seq_length) or "auto" (length
+  buckets). A bucketed contender traces each bucket's loop before timing
+  (`warm_up`), and its timed chunks together cover a contiguous
+  `--epoch_fraction` of an epoch's steps: its steps cost what their bucket
+  costs, and any long stretch of an epoch holds each bucket in its share
+  (a bucket's groups leave as its rows fill them, evenly over a shuffled
+  epoch)."""
+
+  def __init__(self,
+               args,
+               paths,
+               steps_per_loop,
+               jit_compile,
+               seq_buckets="none"):
     from trainer.base import config as config_lib  # noqa: E501  pylint: disable=g-import-not-at-top
     from trainer.base import checks  # pylint: disable=g-import-not-at-top
     from trainer.loop import train_lib  # pylint: disable=g-import-not-at-top
+    data = dict(train_file=args.csv)
+    if args.data == "mrpc":
+      data = dict(MRPC_FLAGS, train_file=MRPC)
     c = config_lib.Config(
         model_dir=tempfile.mkdtemp(),
         encoder_handle=paths["encoder"],
         preprocessor_handle=paths["preprocessor"],
-        train_file=args.csv,
         validation_fraction=0.01,
         seq_length=args.seq_length,
+        seq_buckets=seq_buckets,
         batch_size=args.batch_size,
         steps_per_loop=steps_per_loop,
         jit_compile=jit_compile,
@@ -148,12 +177,27 @@ class TrainerContender(_Contender):
         train_steps=10**6,
         checkpoint_every=0,
         shuffle_buffer=10_000,
-        export=False)
+        export=False,
+        **data)
     self.job = train_lib.setup(checks.validate(c))
     print(self.job.route.note, file=sys.stderr)
     self.steps_per_call = steps_per_loop
+    self.tokens = _tokens(self.job)
+    self.chunk = None
+    if len(self.job.buckets) > 1:
+      steps = int(self.job.plan.steps_per_epoch * args.epoch_fraction)
+      loops = -(-steps // args.rounds // steps_per_loop)
+      self.chunk = max(1, loops) * steps_per_loop
+
+  def warm_up(self):
+    if len(self.job.buckets) > 1:
+      _trace_every_bucket(self.job)
+    self._loops(self.steps_per_call)
 
   def run(self, steps):
+    return self._loops(self.chunk or steps)
+
+  def _loops(self, steps):
     """The same loops `python -m trainer.main` runs: `Trainer.train`, which
     waits for the device at its end (it reads the loss back)."""
     calls = max(1, steps // self.steps_per_call)
@@ -161,6 +205,61 @@ class TrainerContender(_Contender):
     for _ in range(calls):
       seconds += self.job.trainer.train(self.steps_per_call).seconds
     return seconds, calls * self.steps_per_call
+
+  def traces(self):
+    return self.job.trainer.train_loop.experimental_get_tracing_count()
+
+
+def _train_data(job):
+  """The job's training split and packer (as `launch` builds them)."""
+  from trainer.data import preprocessing  # pylint: disable=g-import-not-at-top
+  from trainer.data import splits  # pylint: disable=g-import-not-at-top
+  from trainer.loop import launch  # pylint: disable=g-import-not-at-top
+  c, task = job.run.config, job.run.task
+  split = splits.make_splits(task, launch.data_spec(c, task))["train"]
+  return split, preprocessing.make_packer(job.preprocessor, c.seq_length)
+
+
+def _tokens(job):
+  """(real, padded) tokens per training example of `job`: the mean packed
+  length of its training rows, and what its shapes pay for (--seq_length,
+  or the buckets' lengths in their shares)."""
+  from trainer.base import buckets as buckets_lib  # noqa: E501  pylint: disable=g-import-not-at-top
+  from trainer.data import input_pipeline  # pylint: disable=g-import-not-at-top
+  split, packer = _train_data(job)
+  seq_length = job.run.config.seq_length
+  histogram = input_pipeline.length_histogram(split, packer, seq_length)
+  rows = max(int(histogram.sum()), 1)
+  real = float((histogram * range(seq_length + 1)).sum()) / rows
+  padded = buckets_lib.padded_tokens(histogram, job.buckets) / rows
+  return real, padded
+
+
+def _trace_every_bucket(job):
+  """One step of the train loop on a group of each bucket (real rows of
+  the training split), so no trace or compile falls in a timed chunk."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from trainer.data import input_pipeline  # pylint: disable=g-import-not-at-top
+  c, strategy = job.run.config, job.strategy
+  split, packer = _train_data(job)
+  groups = input_pipeline.train_groups(
+      split,
+      packer,
+      job.buckets,
+      c.batch_size,
+      c.steps_per_loop,
+      job.plan.steps_per_epoch,
+      seed=1)
+  found = {}
+  for group in groups:
+    found.setdefault(int(group["input_word_ids"].shape[2]), group)
+    if len(found) == len(job.buckets):
+      break
+  loop = job.trainer.train_loop
+  for group in found.values():
+    dist = strategy.experimental_distribute_dataset(
+        tf.data.Dataset.from_tensors(group))
+    loop(next(iter(dist)), tf.constant(0), tf.constant(1))
 
 
 def _timer_callback(base):
@@ -284,10 +383,16 @@ def make_contender(name, args, paths):
   if name in ("trainer_bf16", "trainer_fp16"):
     args.precision = PRECISION[name]
     return TrainerContender(args, paths, args.steps_per_loop, args.jit_compile)
+  if name in ("trainer_bucketed", "trainer_bucketed_bf16"):
+    args.precision = PRECISION.get(name, "float32")
+    return TrainerContender(args, paths, args.steps_per_loop, args.jit_compile,
+                            "auto")
   if name == "trainer_loop1":
     return TrainerContender(args, paths, 1, args.jit_compile)
   if name == "trainer_naive":
     return TrainerContender(args, paths, 1, False)
+  if args.data == "mrpc":
+    raise ValueError(f"{name} races on tweets only (--data=sentiment140)")
   if name == "keras_recipe":
     return KerasRecipeContender(args, paths, 1)
   if name == "keras_recipe_spe":

@@ -81,7 +81,17 @@ def worker(args):
   paths = json.loads(args.paths)
   contender = contenders.make_contender(args.worker, args, paths)
   contender.warm_up()
-  print(json.dumps(dict(ready=True)), flush=True)
+  real, padded = getattr(contender, "tokens", (None, args.seq_length))
+  job = getattr(contender, "job", None)
+  buckets = list(job.buckets) if job else [args.seq_length]
+  print(
+      json.dumps(
+          dict(
+              ready=True,
+              real_tokens=real,
+              padded_tokens=padded,
+              buckets=buckets)),
+      flush=True)
   for line in sys.stdin:
     if line.strip() != "run":
       break
@@ -94,7 +104,8 @@ def worker(args):
                 seconds=seconds)),
         flush=True)
   rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-  print(json.dumps(dict(peak_rss_mib=rss)), flush=True)
+  traces = contender.traces() if hasattr(contender, "traces") else None
+  print(json.dumps(dict(peak_rss_mib=rss, traces=traces)), flush=True)
 
 
 # -------------------------------------------------------- measurements ----
@@ -143,7 +154,9 @@ class Worker:
         f"--paths={json.dumps(paths)}", f"--csv={args.csv}",
         f"--seq_length={args.seq_length}", f"--batch_size={args.batch_size}",
         f"--steps={args.steps[size]}", f"--steps_per_loop={args.loop[size]}",
-        f"--jit_compile={args.jit[size]}", f"--precision={args.precision}"
+        f"--jit_compile={args.jit[size]}", f"--precision={args.precision}",
+        f"--rounds={args.rounds}", f"--data={args.data}",
+        f"--epoch_fraction={args.epoch_fraction}"
     ]
     self.log = tempfile.TemporaryFile("w+")
     self.proc = subprocess.Popen(
@@ -153,8 +166,10 @@ class Worker:
         stderr=self.log,
         text=True,
         env=env)
-    self.rates = []
+    self.rates, self.examples, self.seconds = [], 0, 0.0
     self.error = None
+    self.tokens = (None, None)
+    self.traces = None
 
   def _read(self, timeout=1800):
     ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
@@ -167,13 +182,18 @@ class Worker:
     return json.loads(line)
 
   def wait_ready(self):
-    return self._read()
+    ready = self._read()
+    self.tokens = (ready.get("real_tokens"), ready.get("padded_tokens"))
+    self.buckets = ready.get("buckets")
+    return ready
 
   def run_once(self):
     self.proc.stdin.write("run\n")
     self.proc.stdin.flush()
     result = self._read()
     self.rates.append(result["examples_per_second"])
+    self.examples += result["examples_per_second"] * result["seconds"]
+    self.seconds += result["seconds"]
     return result
 
   def close(self):
@@ -181,7 +201,8 @@ class Worker:
       self.proc.stdin.write("quit\n")
       self.proc.stdin.flush()
       try:
-        self.peak = self._read(60).get("peak_rss_mib")
+        last = self._read(60)
+        self.peak, self.traces = last.get("peak_rss_mib"), last.get("traces")
       except RuntimeError:
         self.peak = None
     self.proc.kill()
@@ -214,7 +235,18 @@ def race(args, size, paths, contenders):
           flush=True)
   for w in workers:
     w.close()
-  return {w.name: statistics.median(w.rates) for w in workers}
+  real = next((w.tokens[0] for w in workers if w.tokens[0]), None)
+  return {
+      w.name:
+          dict(
+              examples_per_second=w.examples / w.seconds,
+              median_round=statistics.median(w.rates),
+              seconds=w.seconds,
+              real_tokens=real,
+              padded_tokens=w.tokens[1],
+              buckets=w.buckets,
+              traces=w.traces) for w in workers
+  }
 
 
 def input_rate(args, paths):
@@ -300,6 +332,16 @@ def parse_args():
       help="examples/s of trainer_best from an earlier race, for "
       "host_input_ratio when --sizes=''")
   add("--csv", default="")
+  add("--epoch_fraction",
+      type=float,
+      default=1.0,
+      help="the share of an epoch a bucketed contender's timed chunks cover "
+      "together (its steps differ in cost by bucket)")
+  add("--data",
+      default="sentiment140",
+      choices=("sentiment140", "mrpc"),
+      help="what the trainer contenders train on: the shared tweets, or "
+      "GLUE MRPC's train.tsv pairs (trainer contenders only)")
   for internal in ("--steps", "--worker", "--paths", "--measure_rss"):
     add(internal, default="", help="internal")
   return parser.parse_args()
@@ -331,20 +373,36 @@ def race_sizes(args, sizes, workdir, results):
   names = args.contenders.split(",")
   for size in sizes:
     paths = contenders.build_assets(workdir, size)
-    rates = race(args, size, paths, names)
+    raced = race(args, size, paths, names)
+    rates = {k: v["examples_per_second"] for k, v in raced.items()}
     results["examples_per_second"][size] = rates
+    results["contenders"][size] = raced
     peers = [rates[p] for p in contenders.PEERS if p in rates]
     ours = rates.get("trainer_best")
     if ours and peers:
       results["ratio_vs_best_peer"][size] = ours / max(peers)
     flops = training_flops_per_example(paths["config"], args.seq_length)
     results["flops_per_example"][size] = flops
+    # A bucketed contender computes at its mean padded length (the S^2 term
+    # of that mean: within a few % of the buckets' own mix).
     results["mfu"][size] = {
-        name: rate * flops / matmul_rate(results, name)
+        name:
+            rate * training_flops_per_example(
+                paths["config"], raced[name]["padded_tokens"] or
+                args.seq_length) / matmul_rate(results, name)
         for name, rate in rates.items()
     }
     if ours and "trainer_bf16" in rates:
       results["bf16_speedup"][size] = rates["trainer_bf16"] / ours
+    bucketed = rates.get("trainer_bucketed")
+    if bucketed:
+      results["bucketed"][size] = dict(
+          vs_fixed=bucketed / ours if ours else None,
+          vs_best_peer=bucketed / max(peers) if peers else None,
+          bf16_vs_fixed_bf16=(rates["trainer_bucketed_bf16"] /
+                              rates["trainer_bf16"])
+          if "trainer_bucketed_bf16" in rates and "trainer_bf16" in rates else
+          None)
     if "trainer_bf16" in rates and "keras_hub_bf16" in rates:
       results["bf16_vs_keras_hub"][size] = (
           rates["trainer_bf16"] / rates["keras_hub_bf16"])
@@ -418,8 +476,10 @@ def main():
           jit_compile=args.jit,
           precision=args.precision,
           rounds=args.rounds,
-          data=args.csv),
+          data=contenders.MRPC if args.data == "mrpc" else args.csv),
       examples_per_second={},
+      contenders={},
+      bucketed={},
       ratio_vs_best_peer={},
       mfu={},
       bf16_speedup={},
@@ -447,17 +507,30 @@ def report(results):
         "GFLOP/s, bfloat16 "
         f"{results['bfloat16_matmul_flops_per_second'] / 1e9:.1f} GFLOP/s\n")
   print("| encoder | contender | precision | examples/s | vs trainer_best | "
-        "MFU (of its precision's matmul rate) |")
-  print("| --- | --- | --- | --- | --- | --- |")
+        "real tokens/s | padding | MFU (of its precision's matmul rate) |")
+  print("| --- | --- | --- | --- | --- | --- | --- | --- |")
   for size, rates in results["examples_per_second"].items():
     best = rates.get("trainer_best")
     for name, rate in rates.items():
       mfu = results["mfu"][size][name]
       vs = f"{rate / best:.2f}x" if best else "-"
       precision = contenders.PRECISION.get(name, "float32")
+      info = results["contenders"][size][name]
+      real, padded = info["real_tokens"], info["padded_tokens"]
+      tokens = f"{rate * real:.0f}" if real else "-"
+      padding = f"{1 - real / padded:.0%}" if real and padded else "-"
       print(f"| {size} | {name} | {precision} | {rate:.1f} | {vs} | "
-            f"{mfu:.1%} |")
+            f"{tokens} | {padding} | {mfu:.1%} |")
   print()
+  for size, raced in results["contenders"].items():
+    for name, info in raced.items():
+      if info["traces"] is not None and len(info["buckets"]) > 1:
+        print(f"{size}: {name} buckets {info['buckets']}, its train loop "
+              f"traced {info['traces']} times")
+  for size, b in results["bucketed"].items():
+    parts = [(k, v) for k, v in b.items() if v]
+    print(f"{size}: trainer_bucketed " +
+          ", ".join(f"{k.replace('_', ' ')} {v:.2f}x" for k, v in parts))
   for size, ratio in results["ratio_vs_best_peer"].items():
     print(f"{size}: trainer_best / best float32 peer = {ratio:.2f}x")
   for size, ratio in results["bf16_speedup"].items():

@@ -64,8 +64,8 @@ def test_drill(drills, name):
 # One contender of each kind (the others are the same code with another
 # setting: trainer_naive, keras_recipe, keras_hub in float32), to keep the
 # suite's time.
-RACED = ("trainer_best,trainer_loop1,trainer_bf16,keras_recipe_spe,"
-         "keras_hub_bf16")
+RACED = ("trainer_best,trainer_loop1,trainer_bf16,trainer_bucketed,"
+         "keras_recipe_spe,keras_hub_bf16")
 
 
 @pytest.mark.slow
@@ -110,6 +110,18 @@ def test_train_throughput_quick_mode(tmp_path):
   # (BUILD_NOTES.md): here they would double the test's time.
   assert "peak_rss_mib" not in results and "host_input_ratio" not in results
   assert "| demo | keras_hub_bf16 | bfloat16 |" in result.stdout
+  # The bucketed contender: its buckets' loops traced once each, before
+  # timing; fewer padded tokens than --seq_length, the same real ones.
+  raced = results["contenders"]["demo"]
+  bucketed, fixed = raced["trainer_bucketed"], raced["trainer_best"]
+  assert len(bucketed["buckets"]) > 1 and bucketed["buckets"][-1] == 32
+  assert bucketed["traces"] == len(bucketed["buckets"])
+  assert fixed["traces"] == 1 and fixed["buckets"] == [32]
+  assert bucketed["real_tokens"] == fixed["real_tokens"]
+  assert bucketed["real_tokens"] < bucketed["padded_tokens"] < 32
+  assert fixed["padded_tokens"] == 32
+  assert results["bucketed"]["demo"]["vs_fixed"] == pytest.approx(
+      rates["trainer_bucketed"] / rates["trainer_best"])
 
 
 def test_profile_ops_without_a_trace_is_a_clear_error(tmp_path, capsys):

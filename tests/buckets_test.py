@@ -46,8 +46,8 @@ def test_choose_gives_short_rows_their_own_bucket():
   # would be empty.
   h = _histogram(32, {5: 100, 30: 10})
   assert buckets.choose(h, batch_size=2) == (8, 32)
-  assert buckets._cost(h, (8, 32)) == 1120
-  assert buckets._cost(h, (32,)) == 3520
+  assert buckets.padded_tokens(h, (8, 32)) == 1120
+  assert buckets.padded_tokens(h, (32,)) == 3520
 
 
 def test_choose_never_makes_a_bucket_of_fewer_than_min_batches():

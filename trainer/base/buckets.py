@@ -58,7 +58,7 @@ def parse(spec, seq_length):
   return tuple(lengths) + (() if lengths[-1] == seq_length else (seq_length,))
 
 
-def _cost(histogram, buckets):
+def padded_tokens(histogram, buckets):
   """Padded tokens of `histogram` (examples per packed length) in
   `buckets`."""
   total, low = 0, 0
@@ -139,7 +139,7 @@ def describe(histogram, buckets, batch_size):
     parts.append(f"{b}: {n / rows:.1%} of examples, {padding:.0%} padding"
                  f"{dropped}")
     low = b
-  padded = _cost(histogram, buckets)
+  padded = padded_tokens(histogram, buckets)
   return (f"{'; '.join(parts)}; {padded / (rows * seq_length):.0%} of the "
           f"tokens of --seq_length={seq_length} for all, "
           f"{1 - real / max(padded, 1):.0%} padding")

@@ -46,7 +46,7 @@ class Trainer:
 
   def __init__(self, state, train_loop, dataset, meta, batch_size):
     self.state = state
-    self._train_loop, self._dataset, self._meta = train_loop, dataset, meta
+    self.train_loop, self._dataset, self._meta = train_loop, dataset, meta
     self.batch_size = batch_size
     self._groups = self._group = None
     self._used = self._count = self._length = 0
@@ -78,8 +78,8 @@ class Trainer:
     remaining, loss_sum, norm_sum, applied_sum = num_steps, 0.0, 0.0, 0.0
     while remaining:
       group, offset, steps = self._segment(remaining)
-      loss, norm, applied = self._train_loop(group, tf.constant(offset),
-                                             tf.constant(steps))
+      loss, norm, applied = self.train_loop(group, tf.constant(offset),
+                                            tf.constant(steps))
       applied = float(applied)  # waits for the device
       loss_sum += float(loss) * steps
       norm_sum += float(norm) * max(applied, 1.0)
