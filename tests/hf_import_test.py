@@ -332,3 +332,135 @@ def test_preprocessors_of_two_vocabularies_in_turn_keep_their_own(tmp_path):
     ids = p.tokenize(tf.constant(["apple pie"])).merge_dims(-2, -1).to_list()
     assert ids == [[5, 6] if which == 0 else [6, 5]], (round_, ids)
     del p
+
+
+# Words whose case tells them apart (the vocab has both forms).
+_CASED_WORDS = ["Love", "You", "Day", "NY", "Check", "The", "##ING"]
+_CASED_TEXTS = [
+    "Love you, Day! love you, day!", "Check the NY day", "The LOVE thing"
+]
+
+
+@pytest.fixture(scope="module")
+def cased_checkpoint(tmp_path_factory):
+  """A random BertModel (hidden 32, 2 layers) and a cased BertTokenizerFast
+  saved by transformers: tokenizer.json, no vocab.txt (transformers 5)."""
+  folder = tmp_path_factory.mktemp("hf_cased")
+  vocab = list(dict.fromkeys(_vocab() + _CASED_WORDS))
+  # transformers 5 takes the vocabulary itself (a vocab_file is ignored).
+  transformers.BertTokenizerFast(
+      vocab={
+          t: i for i, t in enumerate(vocab)
+      }, do_lower_case=False).save_pretrained(folder)
+  torch.manual_seed(0)
+  transformers.BertModel(
+      transformers.BertConfig(
+          vocab_size=len(vocab),
+          hidden_size=32,
+          num_hidden_layers=2,
+          num_attention_heads=4,
+          intermediate_size=64,
+          max_position_embeddings=64)).eval().save_pretrained(folder)
+  return str(folder)
+
+
+@pytest.fixture(scope="module")
+def cased_converted(cased_checkpoint, tmp_path_factory):
+  out = str(tmp_path_factory.mktemp("cased_converted"))
+  return out, convert_hf.convert(cased_checkpoint, out)
+
+
+def test_the_vocab_is_read_from_tokenizer_json(cased_checkpoint,
+                                               cased_converted):
+  assert not os.path.exists(os.path.join(cased_checkpoint, "vocab.txt"))
+  tokenizer = transformers.AutoTokenizer.from_pretrained(cased_checkpoint)
+  ids = tokenizer.get_vocab()
+  want = sorted(ids, key=ids.get)
+  assert convert_hf.read_vocab(cased_checkpoint) == want
+  out, _ = cased_converted
+  with open(os.path.join(out, "preprocessor", "assets", "vocab.txt")) as f:
+    assert f.read().splitlines() == want
+
+
+def test_cased_text_keeps_its_case(cased_checkpoint, cased_converted):
+  out, record = cased_converted
+  assert record["lower_case"] is False and record["strip_accents"] is False
+  tokenizer = transformers.AutoTokenizer.from_pretrained(cased_checkpoint)
+  want = tokenizer(_CASED_TEXTS, add_special_tokens=False)["input_ids"]
+  preprocessor = hub.load(os.path.join(out, "preprocessor"))
+  got = preprocessor.tokenize(tf.constant(_CASED_TEXTS)).merge_dims(-2, -1)
+  assert got.to_list() == want
+  # Not vacuous: "Love you, Day!" and "love you, day!" differ.
+  assert want[0][:4] != want[0][5:9]
+
+
+def test_lower_casing_is_read_from_the_normalizer(cased_checkpoint, tmp_path):
+  """Without tokenizer_config.json, tokenizer.json's BertNormalizer says."""
+  for name in ("config.json", "model.safetensors", "tokenizer.json"):
+    tf.io.gfile.copy(os.path.join(cased_checkpoint, name), str(tmp_path / name))
+  settings = convert_hf.read_tokenizer_settings(str(tmp_path))
+  assert settings == dict(
+      lower_case=False, strip_accents=False, source="tokenizer.json")
+
+
+def test_converted_encoder_matches_transformers_on_cased_ids(
+    cased_checkpoint, cased_converted):
+  tokenizer = transformers.AutoTokenizer.from_pretrained(cased_checkpoint)
+  hf_in = tokenizer(_CASED_TEXTS, padding=True, return_tensors="pt")
+  with torch.no_grad():
+    want = transformers.BertModel.from_pretrained(cased_checkpoint).eval()(
+        **hf_in).last_hidden_state.numpy()
+  encoder = hub.load(os.path.join(cased_converted[0], "encoder"))
+  ours = encoder(
+      dict(
+          input_word_ids=tf.constant(hf_in["input_ids"].numpy(), tf.int32),
+          input_mask=tf.constant(hf_in["attention_mask"].numpy(), tf.int32),
+          input_type_ids=tf.constant(hf_in["token_type_ids"].numpy(),
+                                     tf.int32)),
+      training=False)["sequence_output"].numpy()
+  on = hf_in["attention_mask"].numpy().astype(bool)
+  diff = np.abs(ours - want)[on].max()
+  assert diff <= 1e-4, diff
+
+
+@pytest.mark.parametrize("model_type, why", [
+    ("roberta", "a byte-level BPE tokenizer"),
+    ("deberta-v2", "a SentencePiece tokenizer, disentangled attention"),
+])
+def test_other_model_types_are_refused_in_one_line(tmp_path, model_type, why):
+  _write_config(str(tmp_path), model_type=model_type)
+  out = tmp_path / "out"
+  with pytest.raises(convert_hf.ConversionError) as e:
+    convert_hf.convert(str(tmp_path), str(out))
+  assert str(e.value) == (
+      f"{tmp_path}/config.json: model_type={model_type!r} is not supported "
+      f"({why}); only BERT-architecture checkpoints with a WordPiece "
+      "vocabulary (model_type 'bert': BERT, BGE, E5, MiniLM, ...) can be "
+      "converted")
+  assert not out.exists()
+
+
+@pytest.mark.parametrize("with_vocab_txt", [False, True])
+def test_a_non_wordpiece_tokenizer_is_refused_in_one_line(
+    cased_checkpoint, tmp_path, with_vocab_txt):
+  import tokenizers  # pylint: disable=g-import-not-at-top
+  vocab = convert_hf.read_vocab(cased_checkpoint)
+  for name in ("config.json", "model.safetensors"):
+    tf.io.gfile.copy(os.path.join(cased_checkpoint, name), str(tmp_path / name))
+  if with_vocab_txt:
+    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n")
+  bpe = tokenizers.Tokenizer(
+      tokenizers.models.BPE({
+          t: i for i, t in enumerate(vocab)
+      }, []))
+  bpe.save(str(tmp_path / "tokenizer.json"))
+  out = tmp_path / "out"
+  with pytest.raises(convert_hf.ConversionError) as e:
+    convert_hf.convert(str(tmp_path), str(out))
+  assert str(e.value) == (
+      f"{tmp_path}: its tokenizer (BertTokenizer, a BPE model) is not BERT's "
+      "WordPiece; it is not supported" if with_vocab_txt else
+      f"{tmp_path}/vocab.txt not found and {tmp_path} has no WordPiece "
+      "tokenizer.json: the WordPiece vocabulary is needed for the "
+      "preprocessor")
+  assert "\n" not in str(e.value) and not out.exists()

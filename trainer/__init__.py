@@ -3,14 +3,17 @@
 The Python API, for notebooks (Colab) where absl flags are not parsed:
 
     from trainer import Config, fit, export, predict, evaluate
+    from trainer import export_huggingface
     summary = fit(Config(model_dir="/tmp/demo"))   # the embedded demo
     export_dir = export("/tmp/demo")               # again, from the run folder
+    hf_dir = export_huggingface("/tmp/demo", "/tmp/demo_hf")  # transformers
     rows = list(predict(summary["export_dir"], ["what a day"]))
     metrics = evaluate(Config(model_dir="/tmp/demo"), split="validation")
 
 Each does what the command of the same name (`python -m trainer.main`,
 `trainer.export`, `trainer.predict`, `trainer.evaluate`) does with those
-values as its flags.
+values as its flags; `export_huggingface(model_dir, output_dir)` is
+`trainer.export --format=huggingface --output_dir=...`.
 """
 
 import sys
@@ -37,6 +40,10 @@ def __getattr__(name):
   if name == "export":
     from trainer.serving import export  # pylint: disable=g-import-not-at-top
     return export.export_run
+  if name == "export_huggingface":
+    # pylint: disable-next=g-import-not-at-top
+    from trainer.serving import huggingface
+    return huggingface.export_run
   if name == "predict":
     from trainer.serving import predict  # pylint: disable=g-import-not-at-top
     return predict.predict
@@ -46,4 +53,6 @@ def __getattr__(name):
   raise AttributeError(f"module 'trainer' has no attribute {name!r}")
 
 
-__all__ = ["Config", "fit", "export", "predict", "evaluate"]
+__all__ = [
+    "Config", "fit", "export", "export_huggingface", "predict", "evaluate"
+]

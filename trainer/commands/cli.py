@@ -52,8 +52,13 @@ COMMAND_FLAGS = dict(
     doctor_rows=("integer", 1000, "Rows of each split to read."),
     hf_dir=("string", "", "A Hugging Face BERT checkpoint folder (local or "
             "gs://): config.json, model.safetensors, vocab.txt."),
-    output_dir=("string", "", "Where to write the conversion: encoder/, "
-                "preprocessor/ and conversion.json."),
+    output_dir=("string", "", "Where to write: convert_hf, the conversion "
+                "(encoder/, preprocessor/, conversion.json); export "
+                "--format=huggingface, the transformers folder (new or "
+                "empty)."),
+    format=("string", "savedmodel", "trainer.export: savedmodel (a "
+            "SavedModel serving raw strings, RUN/export/<step>) or "
+            "huggingface (a transformers folder, written to --output_dir)."),
 )
 
 

@@ -1,32 +1,57 @@
-r"""Export a training run's classifier as a SavedModel serving raw strings.
+r"""Export a training run's classifier: a SavedModel serving raw strings, or
+a Hugging Face folder.
 
     python -m trainer.export --model_dir=RUN [--checkpoint=RUN/.../ckpt-N]
+    python -m trainer.export --model_dir=RUN --format=huggingface \
+        --output_dir=DIR
 
-writes RUN/export/<step>/ (`--export_base_dir` elsewhere) from the run's
-config.json and its best checkpoint (else the newest, or --checkpoint),
-read from RUN/checkpoints (`--checkpoint_dir` elsewhere): wherever the run
-folder now is. The same as `trainer.export(model_dir=...)` in Python.
+The first writes RUN/export/<step>/ (`--export_base_dir` elsewhere) from
+the run's config.json and its best checkpoint (else the newest, or
+--checkpoint), read from RUN/checkpoints (`--checkpoint_dir` elsewhere):
+wherever the run folder now is. The same as `trainer.export(model_dir=...)`
+in Python. `--format=huggingface` writes DIR for
+`transformers.AutoModelForSequenceClassification` and `AutoTokenizer`
+(`trainer.serving.huggingface`; `trainer.export_huggingface(...)`).
 """
 
+from trainer.base import errors
 from trainer.commands import cli
+
+FORMATS = ("savedmodel", "huggingface")
 
 
 def main(flag_values):
   # Imported here, so --help does not load TensorFlow.
   from trainer.base import run_dir  # pylint: disable=g-import-not-at-top
   from trainer.serving import export  # pylint: disable=g-import-not-at-top
+  from trainer.serving import huggingface  # pylint: disable=g-import-not-at-top
   f = flag_values
+  if f.format not in FORMATS:
+    raise errors.ConfigError(f"--format={f.format} is invalid; use one of "
+                             f"{', '.join(FORMATS)}")
+  if f.format == "savedmodel" and f.output_dir:
+    raise errors.ConfigError("--output_dir is for --format=huggingface; a "
+                             "SavedModel goes to --export_base_dir")
   export.read_run_config(f.model_dir)  # a run's folder, or a clear error
+  demo_cache_dir = f.demo_cache_dir if f["demo_cache_dir"].present else None
   # A training run holds its model_dir until it has exported itself.
   with run_dir.Lock(f.model_dir, "trainer.export"):
+    if f.format == "huggingface":
+      print(
+          huggingface.export_run(
+              f.model_dir,
+              f.output_dir,
+              checkpoint=f.checkpoint,
+              checkpoint_dir=f.checkpoint_dir,
+              demo_cache_dir=demo_cache_dir))
+      return
     print(
         export.export_run(
             f.model_dir,
             checkpoint=f.checkpoint,
             checkpoint_dir=f.checkpoint_dir,
             export_base_dir=f.export_base_dir,
-            demo_cache_dir=f.demo_cache_dir
-            if f["demo_cache_dir"].present else None))
+            demo_cache_dir=demo_cache_dir))
 
 
 COMMAND = cli.Command(
@@ -34,5 +59,5 @@ COMMAND = cli.Command(
     main,
     config_flags=("model_dir", "checkpoint_dir", "export_base_dir",
                   "demo_cache_dir"),
-    command_flags=("checkpoint",),
+    command_flags=("checkpoint", "format", "output_dir"),
     required=("model_dir",))

@@ -3,8 +3,10 @@ r"""Converts a Hugging Face BERT checkpoint into TF Hub encoder/preprocessor.
 `convert(hf_dir, output_dir)` (`python -m trainer.convert_hf --hf_dir=DIR
 --output_dir=OUT`) reads DIR (a local folder or a gs:// path): its
 `config.json` (model_type "bert"), `model.safetensors` (or
-`pytorch_model.bin` when PyTorch is installed) and `vocab.txt`, with
-`tokenizer_config.json` for lower-casing. OUT receives
+`pytorch_model.bin` when PyTorch is installed) and `vocab.txt` (else the
+WordPiece vocabulary of `tokenizer.json`), with
+`tokenizer_config.json` for lower-casing; other model types are refused
+by name. OUT receives
 
     OUT/encoder        the TF Hub BERT encoder interface (trainer.bert)
     OUT/preprocessor   the bert_en_uncased_preprocess interface
@@ -18,6 +20,7 @@ transformers at conversion time (safetensors is read with NumPy).
 
 import json
 import os
+import re
 import struct
 
 from absl import logging
@@ -95,6 +98,23 @@ def _read_pytorch_bin(path):
   return {k: v.float().numpy() for k, v in state.items()}
 
 
+# Why the model types people fine-tune most, other than BERT, are refused.
+_BPE, _SPM = "a byte-level BPE tokenizer", "a SentencePiece tokenizer"
+_UNSUPPORTED = dict(
+    roberta=_BPE,
+    camembert=_SPM,
+    deberta=_BPE + ", disentangled attention",
+    distilbert="no token types, other weight names",
+    albert=_SPM,
+    electra="other weight names",
+    mpnet="relative attention",
+    modernbert="rotary positions",
+    **{
+        "xlm-roberta": _SPM,
+        "deberta-v2": _SPM + ", disentangled attention"
+    })
+
+
 def _read_json(path):
   with tf.io.gfile.GFile(path) as f:
     try:
@@ -113,10 +133,11 @@ def read_config(hf_dir):
   hf = _read_json(path)
   model_type = hf.get("model_type")
   if model_type != "bert":
+    why = _UNSUPPORTED.get(model_type, "not a BERT architecture")
     raise ConversionError(
-        f"{path}: model_type={model_type!r} (architectures "
-        f"{hf.get('architectures')}) is not supported; only BERT "
-        "(model_type 'bert') checkpoints can be converted")
+        f"{path}: model_type={model_type!r} is not supported ({why}); only "
+        "BERT-architecture checkpoints with a WordPiece vocabulary "
+        "(model_type 'bert': BERT, BGE, E5, MiniLM, ...) can be converted")
   position_type = hf.get("position_embedding_type", "absolute")
   if position_type != "absolute":
     raise ConversionError(
@@ -162,17 +183,15 @@ def read_weights(hf_dir):
   return {k.removeprefix("bert."): v for k, v in tensors.items()}
 
 
-def _layer_names(i):
-  """(our module path, HF prefix) pairs of transformer layer `i`."""
-  p = f"encoder.layer.{i}."
-  return (("query", p + "attention.self.query"), ("key",
-                                                  p + "attention.self.key"),
-          ("value", p + "attention.self.value"), ("attention_output",
-                                                  p + "attention.output.dense"),
-          ("attention_layer_norm", p + "attention.output.LayerNorm"),
-          ("intermediate", p + "intermediate.dense"),
-          ("output_dense", p + "output.dense"), ("output_layer_norm",
-                                                 p + "output.LayerNorm"))
+# (our module of `bert._TransformerLayer`, its HF path under
+# encoder.layer.N); the HF export writes the same names.
+LAYER_PARTS = (("query", "attention.self.query"), ("key", "attention.self.key"),
+               ("value", "attention.self.value"), ("attention_output",
+                                                   "attention.output.dense"),
+               ("attention_layer_norm", "attention.output.LayerNorm"),
+               ("intermediate", "intermediate.dense"),
+               ("output_dense", "output.dense"), ("output_layer_norm",
+                                                  "output.LayerNorm"))
 
 
 def _take(tensors, *names):
@@ -232,8 +251,8 @@ def load_weights(encoder, tensors):
   _load_layer_norm(encoder.embeddings_layer_norm, tensors,
                    "embeddings.LayerNorm")
   for i, layer in enumerate(encoder.layers):
-    for ours, theirs in _layer_names(i):
-      module = getattr(layer, ours)
+    for ours, theirs in LAYER_PARTS:
+      module, theirs = getattr(layer, ours), f"encoder.layer.{i}.{theirs}"
       if hasattr(module, "gamma"):
         _load_layer_norm(module, tensors, theirs)
       else:
@@ -253,21 +272,66 @@ def load_weights(encoder, tensors):
   return notes
 
 
+def _tokenizer_json(hf_dir):
+  path = os.path.join(hf_dir, "tokenizer.json")
+  return _read_json(path) if tf.io.gfile.exists(path) else {}
+
+
+def read_vocab(hf_dir):
+  """The WordPiece vocabulary (tokens by id): vocab.txt, else the
+  WordPiece model of tokenizer.json (transformers 5 saves only that)."""
+  vocab_file = os.path.join(hf_dir, "vocab.txt")
+  if tf.io.gfile.exists(vocab_file):
+    with tf.io.gfile.GFile(vocab_file) as f:
+      return [line.rstrip("\n") for line in f]
+  model = _tokenizer_json(hf_dir).get("model") or {}
+  if model.get("type") != "WordPiece":
+    raise ConversionError(
+        f"{vocab_file} not found and {hf_dir} has no WordPiece "
+        "tokenizer.json: the WordPiece vocabulary is needed for the "
+        "preprocessor")
+  by_id = {i: t for t, i in model["vocab"].items()}
+  if sorted(by_id) != list(range(len(by_id))):
+    raise ConversionError(f"{hf_dir}/tokenizer.json: the vocabulary's ids "
+                          "are not 0..n-1")
+  return [by_id[i] for i in range(len(by_id))]
+
+
 def read_tokenizer_settings(hf_dir):
-  """Lower-casing and accent stripping as the checkpoint's tokenizer does."""
+  """Lower-casing and accent stripping as the checkpoint's tokenizer does:
+  tokenizer_config.json's fields, else tokenizer.json's BertNormalizer,
+  else BertTokenizer's defaults. A tokenizer other than BERT's WordPiece
+  (its class, or tokenizer.json's model) is an error."""
   path = os.path.join(hf_dir, "tokenizer_config.json")
   settings = _read_json(path) if tf.io.gfile.exists(path) else {}
+  tokenizer = _tokenizer_json(hf_dir)
+  kind = (tokenizer.get("model") or {}).get("type", "WordPiece")
+  name = settings.get("tokenizer_class") or "BertTokenizer"
+  if kind != "WordPiece" or name not in _WORDPIECE_CLASSES:
+    raise ConversionError(
+        f"{hf_dir}: its tokenizer ({name}, a {kind} model) is not BERT's "
+        "WordPiece; it is not supported")
   if settings.get("tokenize_chinese_chars") is False:
     raise ConversionError(
         f"{path}: tokenize_chinese_chars=false is not supported")
-  # BertTokenizer's defaults when the file or the field is absent.
-  lower_case = bool(settings.get("do_lower_case", True))
-  strip_accents = settings.get("strip_accents")
+  norm = tokenizer.get("normalizer") or {}
+  if norm.get("type") != "BertNormalizer":
+    norm = {}
+  lower_case = settings.get("do_lower_case", norm.get("lowercase"))
+  lower_case = True if lower_case is None else bool(lower_case)
+  strip_accents = settings.get("strip_accents", norm.get("strip_accents"))
   return dict(
       lower_case=lower_case,
       strip_accents=lower_case
       if strip_accents is None else bool(strip_accents),
-      source=path if settings else "BertTokenizer defaults")
+      source=path if settings else
+      ("tokenizer.json" if norm else "BertTokenizer defaults"))
+
+
+# Tokenizer classes whose tokenizer.json (or vocab.txt) is BERT's WordPiece;
+# PreTrainedTokenizerFast is what trainer.export --format=huggingface writes.
+_WORDPIECE_CLASSES = ("BertTokenizer", "BertTokenizerFast",
+                      "PreTrainedTokenizerFast", "TokenizersBackend")
 
 
 def convert(hf_dir, output_dir):
@@ -277,23 +341,21 @@ def convert(hf_dir, output_dir):
     The conversion record (also written as conversion.json).
   """
   config = read_config(hf_dir)
-  vocab_file = os.path.join(hf_dir, "vocab.txt")
-  if not tf.io.gfile.exists(vocab_file):
+  vocab = read_vocab(hf_dir)
+  if len(vocab) != config.vocab_size:
     raise ConversionError(
-        f"{vocab_file} not found: the WordPiece vocabulary is needed for "
-        "the preprocessor")
-  with tf.io.gfile.GFile(vocab_file) as f:
-    vocab_rows = sum(1 for _ in f)
-  if vocab_rows != config.vocab_size:
-    raise ConversionError(
-        f"{vocab_file} has {vocab_rows} tokens but config.json says "
-        f"vocab_size={config.vocab_size}")
+        f"{hf_dir}: the vocabulary has {len(vocab)} tokens but config.json "
+        f"says vocab_size={config.vocab_size}")
   settings = read_tokenizer_settings(hf_dir)
   encoder = bert.BertEncoder(config)
   notes = load_weights(encoder, read_weights(hf_dir))
   for note in notes:
     logging.warning("%s", note)
   tf.io.gfile.makedirs(output_dir)
+  # The preprocessor copies it as its asset.
+  vocab_file = os.path.join(output_dir, "vocab.txt")
+  with tf.io.gfile.GFile(vocab_file, "w") as f:
+    f.write("\n".join(vocab) + "\n")
   bert.save_encoder(encoder, os.path.join(output_dir, "encoder"))
   # The vocab is copied next to the preprocessor's SavedModel as its asset.
   preprocessor = preprocessing.BertPreprocessor(
@@ -313,3 +375,113 @@ def convert(hf_dir, output_dir):
   with tf.io.gfile.GFile(os.path.join(output_dir, "conversion.json"), "w") as f:
     f.write(json.dumps(record, indent=2) + "\n")
   return record
+
+
+# The same parts in a Model Garden encoder (`transformer/layer_N/` + name);
+# `self_attention_output` is the older TransformerEncoderBlock's name.
+_GARDEN_PARTS = dict(
+    query=("self_attention/query",),
+    key=("self_attention/key",),
+    value=("self_attention/value",),
+    attention_output=("self_attention/attention_output",
+                      "self_attention_output"),
+    attention_layer_norm=("self_attention_layer_norm",),
+    intermediate=("intermediate",),
+    output_dense=("output",),
+    output_layer_norm=("output_layer_norm",))
+_GARDEN_NAME = re.compile(
+    r"(?:^|/)(word_embeddings/embeddings|position_embedding/embeddings|"
+    r"type_embeddings/embeddings|embeddings/layer_norm/(?:gamma|beta)|"
+    r"transformer/layer_\d+/[^:]+|pooler_transform/(?:kernel|bias))(?::\d+)?$")
+
+
+def _garden_variables(loaded):
+  """{Model Garden name: variable} of a loaded encoder, or None unless
+  every variable has a Model Garden BERT name."""
+  matches = [(_GARDEN_NAME.search(v.name), v) for v in loaded.variables]
+  if not all(m for m, _ in matches):
+    return None
+  return {m.group(1): v for m, v in matches}
+
+
+def _garden_config(found, hidden_act):
+  word = found["word_embeddings/embeddings"].shape
+  query = found["transformer/layer_0/self_attention/query/kernel"].shape
+  layers = {
+      int(m.group(1))
+      for m in map(re.compile(r"transformer/layer_(\d+)/").match, found)
+      if m
+  }
+  return bert.BertConfig(
+      vocab_size=int(word[0]),
+      hidden_size=int(word[1]),
+      num_layers=len(layers),
+      num_heads=int(query[1]) if len(query) == 3 else 1,
+      intermediate_size=int(
+          found["transformer/layer_0/intermediate/kernel"].shape[-1]),
+      max_position_embeddings=int(
+          found["position_embedding/embeddings"].shape[0]),
+      type_vocab_size=int(found["type_embeddings/embeddings"].shape[0]),
+      hidden_act=hidden_act)
+
+
+def _garden_prefix(left, i, names):
+  """The Model Garden prefix of layer `i`'s part of `names` (one name,
+  or the names it has had) that this encoder uses."""
+  prefixes = [f"transformer/layer_{i}/{n}/" for n in names]
+  return next((p for p in prefixes if any(k.startswith(p) for k in left)),
+              prefixes[0])
+
+
+def _fill_from_garden(encoder, found):
+  """Assigns Model Garden variables to `bert.BertEncoder` `encoder`
+  (EinsumDense kernels [hidden, heads, head_size] and [heads, head_size,
+  hidden] flattened): KeyError if one is missing or left over."""
+  left = dict(found)
+
+  def take(name, target):
+    value = tf.convert_to_tensor(left.pop(name))
+    if value.shape.num_elements() != target.shape.num_elements():
+      raise ValueError(f"{name} has shape {value.shape.as_list()}")
+    target.assign(tf.reshape(value, target.shape))
+
+  for name, target in (("word_embeddings", encoder.word_embeddings),
+                       ("position_embedding", encoder.position_embeddings),
+                       ("type_embeddings", encoder.type_embeddings)):
+    take(name + "/embeddings", target)
+  take("embeddings/layer_norm/gamma", encoder.embeddings_layer_norm.gamma)
+  take("embeddings/layer_norm/beta", encoder.embeddings_layer_norm.beta)
+  for i, layer in enumerate(encoder.layers):
+    for ours, names in _GARDEN_PARTS.items():
+      prefix = _garden_prefix(left, i, names)
+      part = getattr(layer, ours)
+      pairs = ((("gamma", part.gamma),
+                ("beta", part.beta)) if hasattr(part, "gamma") else
+               (("kernel", part.kernel), ("bias", part.bias)))
+      for suffix, target in pairs:
+        take(prefix + suffix, target)
+  take("pooler_transform/kernel", encoder.pooler.kernel)
+  take("pooler_transform/bias", encoder.pooler.bias)
+  if left:
+    raise KeyError(f"{sorted(left)[0]} (not a BERT variable)")
+
+
+def model_garden_encoder(loaded, handle, hidden_act):
+  """A `bert.BertEncoder` (feed-forward `hidden_act`) holding the weights
+  of a `hub.load`ed TF Hub BERT encoder of the Model Garden layout
+  (`transformer/layer_N/self_attention/query/...`), or None for an encoder
+  not named like one; a variable that does not fit is a ConversionError.
+  The variables do not say the activation, nor pre- or post-LayerNorm:
+  compare the outputs (`trainer.serving.huggingface` does)."""
+  found = _garden_variables(loaded)
+  if not found or "word_embeddings/embeddings" not in found:
+    return None
+  try:
+    encoder = bert.BertEncoder(_garden_config(found, hidden_act))
+    _fill_from_garden(encoder, found)
+  except (KeyError, ValueError) as e:
+    raise ConversionError(
+        f"--encoder_handle={handle} is named like a Model Garden BERT, but "
+        f"{str(e).strip(chr(39))} does not fit a BERT encoder; it is not "
+        "supported") from None
+  return encoder
