@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from conftest import ROOT
+from conftest import SHARED_CSV
 from conftest import run_process
 from conftest import with_project
 
@@ -114,11 +115,13 @@ def test_train_throughput_quick_mode(tmp_path):
   # timing; fewer padded tokens than --seq_length, the same real ones.
   raced = results["contenders"]["demo"]
   bucketed, fixed = raced["trainer_bucketed"], raced["trainer_best"]
-  assert len(bucketed["buckets"]) > 1 and bucketed["buckets"][-1] == 32
+  assert bucketed["buckets"][-1] == 32
   assert bucketed["traces"] == len(bucketed["buckets"])
   assert fixed["traces"] == 1 and fixed["buckets"] == [32]
   assert bucketed["real_tokens"] == fixed["real_tokens"]
-  assert bucketed["real_tokens"] < bucketed["padded_tokens"] < 32
+  assert bucketed["real_tokens"] <= bucketed["padded_tokens"] <= 32
+  if os.path.exists(SHARED_CSV):  # generated text is of one length
+    assert len(bucketed["buckets"]) > 1 and bucketed["padded_tokens"] < 32
   assert fixed["padded_tokens"] == 32
   assert results["bucketed"]["demo"]["vs_fixed"] == pytest.approx(
       rates["trainer_bucketed"] / rates["trainer_best"])
