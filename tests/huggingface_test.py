@@ -26,6 +26,7 @@ import tensorflow as tf
 from conftest import ROOT, invoke, tiny_config
 from trainer.loop import train_lib
 from trainer.model import hf_import
+from trainer.serving import hf_tokenizer
 from trainer.serving import huggingface
 
 torch = pytest.importorskip(
@@ -371,6 +372,65 @@ def test_minilm_regression_parity_on_stsb_pairs(minilm, tmp_path):
   print(f"minilm regression: max |logit diff| {diff:.3g} over {compared} "
         f"pairs; {ties} truncation ties")
   assert compared >= 20
+
+
+# Model Garden's own TF Hub export of a tiny BERT (tests/data/
+# make_model_garden_bert.py): `transformer/layer_N/...` variables, an `mlm`
+# sub-object, a `do_lower_case` variable, and TF Hub's preprocessor
+# (tensorflow_text's BasicTokenizer: NFKC case folding).
+GARDEN = os.path.join(ROOT, "tests", "data", "model_garden_bert")
+
+
+@pytest.fixture(scope="module")
+def garden_run(demo_paths, tmp_path_factory):
+  """A 4-step demo run on the Model Garden encoder and TF Hub preprocessor,
+  exported both ways: (model_dir, hf_dir)."""
+  folder = tmp_path_factory.mktemp("garden")
+  c = tiny_config(
+      folder / "run",
+      demo_paths["root"],
+      encoder_handle=os.path.join(GARDEN, "encoder"),
+      preprocessor_handle=os.path.join(GARDEN, "preprocessor"),
+      train_steps=4,
+      eval_every=0,
+      seq_buckets="none",
+      export=True)
+  train_lib.run(c)
+  return str(folder / "run"), export_hf(folder / "run", folder / "hf")
+
+
+def test_model_garden_encoder_and_tf_hub_preprocessor_parity(garden_run):
+  """TF Hub's text path (NFKC case folding, controls as spaces) spelled
+  out in tokenizer.json: equal ids and logits on tweets, the edge texts
+  and the exporter's own probes."""
+  run, hf_dir = garden_run
+  texts = list(EDGE_TEXTS) + [t.encode() for t in hf_tokenizer.PROBES]
+  if os.path.isdir(SHARED):
+    texts += _tweets()
+  diff, compared, _ = assert_parity(run, hf_dir, texts)
+  print(f"model garden: max |logit diff| {diff:.3g} over {compared} texts")
+  tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
+  assert tokenizer("\uff48\uff49 Stra\u00dfe")["input_ids"] == tokenizer(
+      "hi strasse")["input_ids"]
+  steps = json.load(open(os.path.join(hf_dir, "tokenizer.json")))
+  assert {"type": "NFKC"} in steps["normalizer"]["normalizers"]
+
+
+def test_model_garden_names_map_both_ways(garden_run, tmp_path):
+  """The fine-tuned Model Garden encoder, exported and read back by
+  convert_hf: every weight exactly, under this project's names; the
+  activation found by recomputing the outputs is the tanh GELU."""
+  run, hf_dir = garden_run
+  config = json.load(open(os.path.join(hf_dir, "config.json")))
+  assert config["hidden_act"] == "gelu_new"
+  assert (config["num_hidden_layers"], config["hidden_size"]) == (2, 32)
+  trained = huggingface.bert_encoder(_savedmodel(run).model.encoder, "run")
+  hf_import.convert(hf_dir, str(tmp_path / "again"))
+  reread = huggingface.bert_encoder(
+      tf.saved_model.load(str(tmp_path / "again" / "encoder")), "again")
+  for a, b in zip(trained.variables, reread.variables, strict=True):
+    assert a.name == b.name
+    np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.name)
 
 
 def _error_line(result):

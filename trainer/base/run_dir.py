@@ -138,6 +138,46 @@ def write_json(path, obj):
   tf.io.gfile.rename(tmp, path, overwrite=True)
 
 
+def remove_quietly(path):
+  """Removes the folder `path` if it is there."""
+  try:
+    tf.io.gfile.rmtree(path)
+  except tf.errors.NotFoundError:
+    pass  # Never created, or an object store with no folder to remove.
+
+
+def publish_folder(write, final, last):
+  """Writes a folder through `write(tmp)` into a temporary sibling of
+  `final`, then moves it to `final`, so no reader ever sees a half-written
+  folder under that name: a complete one has its file `last` (written last
+  by `write`). A rename is atomic on local disks; filesystems that rename
+  only the folder entry and not what is inside (ram://, object stores) get
+  a copy instead, `last` copied last. A `final` without `last` (the remains
+  of an interrupted copy) is replaced. Returns final."""
+  final = final.rstrip("/")
+  parent = os.path.dirname(final) or "."
+  tf.io.gfile.makedirs(parent)
+  tmp = os.path.join(parent,
+                     f".tmp-{os.path.basename(final)}-{uuid.uuid4().hex[:8]}")
+  try:
+    write(tmp)
+    if tf.io.gfile.exists(final):
+      remove_quietly(final)
+    tf.io.gfile.rename(tmp, final)
+    if not tf.io.gfile.exists(os.path.join(final, last)):
+      files = []
+      for folder, _, names in tf.io.gfile.walk(tmp):
+        files += [os.path.join(folder, n) for n in names]
+      files.sort(key=lambda p: os.path.basename(p) == last)
+      for src in files:
+        dst = os.path.join(final, os.path.relpath(src, tmp))
+        tf.io.gfile.makedirs(os.path.dirname(dst))
+        tf.io.gfile.copy(src, dst, overwrite=True)
+  finally:
+    remove_quietly(tmp)
+  return final
+
+
 def read_json(path):
   """The JSON at `path`, or None when it is missing or not valid JSON (a
   file of an older version, written in place and cut by a kill)."""

@@ -397,8 +397,13 @@ _GARDEN_NAME = re.compile(
 
 def _garden_variables(loaded):
   """{Model Garden name: variable} of a loaded encoder, or None unless
-  every variable has a Model Garden BERT name."""
-  matches = [(_GARDEN_NAME.search(v.name), v) for v in loaded.variables]
+  every trainable variable has a Model Garden BERT name. (TF Hub's exports
+  also keep a `do_lower_case` boolean, untrainable and unnamed; the
+  masked-LM head of an `mlm` sub-object is not among the root's
+  variables.)"""
+  matches = [
+      (_GARDEN_NAME.search(v.name), v) for v in loaded.trainable_variables
+  ]
   if not all(m for m, _ in matches):
     return None
   return {m.group(1): v for m, v in matches}

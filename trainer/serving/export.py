@@ -25,7 +25,6 @@ renamed into place: a crash never leaves a half model under the final name.
 import dataclasses
 import json
 import os
-import uuid
 
 from absl import logging
 import tensorflow as tf
@@ -188,33 +187,19 @@ def _save_options(io_device=None):
 
 
 def write_export(module, export_dir, io_device=None):
-  """Saves `module` to a temporary sibling, then renames it to export_dir."""
+  """Saves `module` to a temporary sibling, then moves it to export_dir
+  (`run_dir.publish_folder`: saved_model.pb is written last)."""
   if is_complete(export_dir):
     raise ExportError(f"{export_dir} exists already; remove it to export "
                       "again")
-  if tf.io.gfile.exists(export_dir):
-    _remove_quietly(export_dir)  # the remains of an interrupted copy
-  parent = os.path.dirname(export_dir.rstrip("/"))
-  tf.io.gfile.makedirs(parent)
-  tmp = os.path.join(
-      parent, f".tmp-{os.path.basename(export_dir)}-"
-      f"{uuid.uuid4().hex[:8]}")
-  moved = False
-  try:
-    tf.saved_model.save(
-        module,
-        tmp,
-        signatures={
-            "serving_default": module.serve,
-            "preprocess": module.preprocess
-        },
-        options=_save_options(io_device))
-    _publish(tmp, export_dir)
-    moved = True
-  finally:
-    if not moved:
-      _remove_quietly(tmp)
-  return export_dir
+  signatures = {
+      "serving_default": module.serve,
+      "preprocess": module.preprocess
+  }
+  return run_dir.publish_folder(
+      lambda tmp: tf.saved_model.save(
+          module, tmp, signatures=signatures, options=_save_options(io_device)),
+      export_dir, "saved_model.pb")
 
 
 def load_serving(export_dir, flag="export_dir"):
@@ -246,35 +231,6 @@ def pairs(serve):
 def is_complete(export_dir):
   """An export is complete once its saved_model.pb (written last) exists."""
   return tf.io.gfile.exists(os.path.join(export_dir, "saved_model.pb"))
-
-
-def _publish(tmp, final):
-  """Moves the finished export into place.
-
-  A rename is atomic on local disks. Some filesystems (ram://, object stores)
-  rename only the folder entry and not what is inside; there the files are
-  copied with saved_model.pb last, so the folder is never a loadable but
-  incomplete model.
-  """
-  tf.io.gfile.rename(tmp, final)
-  if is_complete(final):
-    return
-  files = []
-  for folder, _, names in tf.io.gfile.walk(tmp):
-    files += [os.path.join(folder, n) for n in names]
-  files.sort(key=lambda p: os.path.basename(p) == "saved_model.pb")
-  for src in files:
-    dst = os.path.join(final, os.path.relpath(src, tmp))
-    tf.io.gfile.makedirs(os.path.dirname(dst))
-    tf.io.gfile.copy(src, dst, overwrite=True)
-  _remove_quietly(tmp)
-
-
-def _remove_quietly(path):
-  try:
-    tf.io.gfile.rmtree(path)
-  except tf.errors.NotFoundError:
-    pass  # Never created, or an object store with no folder to remove.
 
 
 def write(model,

@@ -30,20 +30,20 @@ sibling and renamed into place; an existing non-empty DIR is refused.
 import dataclasses
 import json
 import os
-import re
 import struct
-import uuid
 
 from absl import logging
 import numpy as np
 import tensorflow as tf
 
 from trainer.base import errors
+from trainer.base import run_dir
 from trainer.base import tasks
 from trainer.data import preprocessing
 from trainer.model import bert
 from trainer.model import hf_import
 from trainer.serving import export
+from trainer.serving import hf_tokenizer
 
 ExportError = errors.ExportError
 
@@ -199,227 +199,17 @@ def bert_encoder(loaded, handle):
   return encoder
 
 
-def _ids(preprocessor, texts):
-  tokens = preprocessor.tokenize(preprocessing.clean_text(tf.constant(texts)))
-  return tokens.merge_dims(-2, -1).to_list()
-
-
-def text_settings(preprocessor, vocab):
-  """(lower_case, strip_accents) of a loaded preprocessor, found by
-  tokenizing a word of its vocabulary upper-cased and accented: a
-  lower-casing one gives the word's own id for "WORD", an accent-stripping
-  one for "wórd"."""
-  words = [t for t in vocab if re.fullmatch(r"[a-z]*[aeiou][a-z]*", t)]
-  words = [w for w in words if len(w) >= 3] or words
-  if not words:
-    raise ExportError("the preprocessor's vocabulary has no plain lower-case "
-                      "word to tell its lower-casing by")
-  word = words[0]
-  accented = re.sub("[aeiou]", lambda m: m.group(0) + "\u0301", word, 1)
-  plain, upper, accent = _ids(preprocessor, [word, word.upper(), accented])
-  return upper == plain, accent == plain
-
-
-# What tensorflow_text's BertTokenizer splits off as a word of its own:
-# ASCII punctuation, Unicode punctuation and CJK ideographs.
-_ISOLATED = (r"[\x{21}-\x{2F}\x{3A}-\x{40}\x{5B}-\x{60}\x{7B}-\x{7E}\p{P}"
-             r"\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{20000}-\x{2A6DF}"
-             r"\x{2A700}-\x{2B73F}\x{2B740}-\x{2B81F}\x{2B820}-\x{2CEAF}"
-             r"\x{F900}-\x{FAFF}\x{2F800}-\x{2FA1F}]")
-
-
-def _replace(pattern, content, regex=True):
-  return dict(
-      type="Replace",
-      pattern={"Regex" if regex else "String": pattern},
-      content=content)
-
-
-def normalizers(lower_case, strip_accents):
-  """The trainer's text path before WordPiece (`preprocessing.clean_text`,
-  then `preprocessing.normalize`) as `tokenizers` normalizers."""
-  # pylint: disable-next=protected-access
-  entities = preprocessing._ENTITIES  # the one table clean_text uses
-  steps = [_replace(entity, char, regex=False) for entity, char in entities]
-  steps += [
-      _replace(r"[\t\n\r\p{Zs}]", " "),
-      _replace(r"[\p{Cc}\p{Cf}\x{FFFD}]", "")
-  ]
-  if lower_case:
-    steps += [_replace("\u03a3", "\u03c3", regex=False), dict(type="Lowercase")]
-  if strip_accents:
-    steps += [dict(type="NFD"), _replace(r"\p{Mn}", "")]
-  return dict(type="Sequence", normalizers=steps)
-
-
-def _split(pattern, behavior):
-  return dict(
-      type="Split",
-      pattern=dict(Regex=pattern),
-      behavior=behavior,
-      invert=False)
-
-
-def tokenizer_json(vocab, special, lower_case, strip_accents):
-  """tokenizer.json (a dict) of the trainer's preprocessor over `vocab`
-  (tokens by id) with the special token ids `special`."""
-  ids = {}
-  for i, token in enumerate(vocab):
-    ids.setdefault(token, i)
-  cls, sep = vocab[special["start_of_sequence_id"]], vocab[
-      special["end_of_segment_id"]]
-  template = lambda *parts: [{
-      "SpecialToken": dict(id=p[0], type_id=p[1])
-  } if p[0] in (cls, sep) else {
-      "Sequence": dict(id=p[0], type_id=p[1])
-  } for p in parts]
-  return {
-      "version":
-          "1.0",
-      "truncation":
-          None,
-      "padding":
-          None,
-      "added_tokens": [
-          dict(
-              id=ids[t],
-              content=t,
-              single_word=False,
-              lstrip=False,
-              rstrip=False,
-              normalized=False,
-              special=True) for t in _special_names(vocab, special).values()
-      ],
-      "normalizer":
-          normalizers(lower_case, strip_accents),
-      "pre_tokenizer":
-          dict(
-              type="Sequence",
-              pretokenizers=[
-                  _split(r"[\t\n\f\r ]+", "Removed"),
-                  _split(_ISOLATED, "Isolated")
-              ]),
-      "post_processor":
-          dict(
-              type="TemplateProcessing",
-              single=template((cls, 0), ("A", 0), (sep, 0)),
-              pair=template((cls, 0), ("A", 0), (sep, 0), ("B", 1), (sep, 1)),
-              special_tokens={
-                  t: dict(id=t, ids=[ids[t]], tokens=[t]) for t in (cls, sep)
-              }),
-      "decoder":
-          dict(type="WordPiece", prefix="##", cleanup=True),
-      "model":
-          dict(
-              type="WordPiece",
-              unk_token="[UNK]",
-              continuing_subword_prefix="##",
-              max_input_chars_per_word=100,
-              vocab=ids),
-  }
-
-
-def _special_names(vocab, special):
-  return dict(
-      unk_token="[UNK]",
-      sep_token=vocab[special["end_of_segment_id"]],
-      pad_token=vocab[special["padding_id"]],
-      cls_token=vocab[special["start_of_sequence_id"]],
-      mask_token=vocab[special["mask_id"]])
-
-
-def tokenizer_config(vocab, special, lower_case, strip_accents, max_length):
-  """tokenizer_config.json: `PreTrainedTokenizerFast` (tokenizer.json as
-  written), the special tokens matched as text (a tweet's "[SEP]" is
-  split, as the trainer splits it), the token types returned."""
-  return dict(
-      _special_names(vocab, special),
-      tokenizer_class="PreTrainedTokenizerFast",
-      do_lower_case=lower_case,
-      strip_accents=strip_accents,
-      model_max_length=max_length,
-      split_special_tokens=True,
-      model_input_names=["input_ids", "token_type_ids", "attention_mask"],
-      padding_side="right",
-      truncation_side="right",
-      clean_up_tokenization_spaces=False)
-
-
-def read_vocab(preprocessor, handle):
-  """The loaded preprocessor's vocabulary (tokens by id): its vocab_file
-  asset (this project's), else the SavedModel's assets/vocab.txt."""
-  asset = getattr(getattr(preprocessor, "vocab_file", None), "asset_path", None)
-  path = (
-      asset.numpy().decode("utf-8") if asset is not None else os.path.join(
-          handle, "assets", "vocab.txt"))
-  if not tf.io.gfile.exists(path):
-    raise ExportError(f"--preprocessor_handle={handle} has no WordPiece "
-                      "vocabulary (assets/vocab.txt); it is not supported by "
-                      "the Hugging Face export")
-  with tf.io.gfile.GFile(path) as f:
-    return [line.rstrip("\n") for line in f]
-
-
-# Texts the exported tokenizer is checked on before anything is written.
-_PROBES = (
-    "Caf\u00e9 &amp; cr\u00e8me &lt;3 &quot;ok&quot;",
-    "\uff48\uff49 Stra\u00dfe \u0130stanbul \u03a3\u039f\u03a3",
-    "tab\tnbsp\u00a0zero\u200bwidth\ufeff bom \x07bell",
-    "\u65e5\u672c\u8a9e\u4e2d\u6587 \u041f\u0440\u0438\u0432\u0435\u0442",
-    "I \u2764\ufe0f NY \U0001f600 #x [CLS] [SEP] [MASK] a|b ~`^",
-    "line\u2028sep \u0915\u093f \u00c5ngstr\u00f6m", "", "Hello, World!")
-
-
-def check_tokenizer(preprocessor, tokenizer):
-  """ExportError unless `tokenizer` (tokenizer.json, a dict) gives the
-  loaded preprocessor's ids on `_PROBES`; skipped, and said, when the
-  `tokenizers` package is not installed."""
-  try:
-    import tokenizers  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    logging.warning("tokenizers is not installed: the exported tokenizer "
-                    "was not checked against the preprocessor")
-    return
-  backend = tokenizers.Tokenizer.from_str(json.dumps(tokenizer))
-  backend.encode_special_tokens = True
-  want = _ids(preprocessor, list(_PROBES))
-  for text, ids in zip(_PROBES, want):
-    got = backend.encode(text, add_special_tokens=False).ids
-    if got != ids:
-      raise ExportError(
-          f"the preprocessor tokenizes {text!r} as {ids}, a tokenizer.json "
-          f"of this trainer's text path as {got}: its text normalization "
-          "(TF Hub's bert_*_preprocess?) is not supported by the Hugging "
-          "Face export")
-
-
 def _files(c, task, encoder, model, preprocessor):
   """{file name: bytes} of the Hugging Face folder."""
-  vocab = read_vocab(preprocessor, c.preprocessor_handle)
-  special = preprocessing.special_tokens(preprocessor)
-  lower_case, strip_accents = text_settings(preprocessor, vocab)
-  tokenizer = tokenizer_json(vocab, special, lower_case, strip_accents)
-  check_tokenizer(preprocessor, tokenizer)
   as_json = lambda d: json.dumps(d, indent=2).encode("utf-8") + b"\n"
-  return {
-      "vocab.txt": ("\n".join(vocab) + "\n").encode("utf-8"),
-      "tokenizer.json":
-          as_json(tokenizer),
-      "tokenizer_config.json":
-          as_json(
-              tokenizer_config(vocab, special, lower_case, strip_accents,
-                               c.seq_length)),
-      "special_tokens_map.json":
-          as_json(_special_names(vocab, special)),
-      "model.safetensors":
-          safetensors_bytes(
-              hf_tensors(encoder, model.kernel.numpy(), model.bias.numpy())),
-      # Last: a folder is a model once config.json is there.
-      "config.json":
-          as_json(
-              hf_config(encoder.config, task, special["padding_id"],
-                        c.dropout_rate)),
-  }
+  out = hf_tokenizer.files(preprocessor, c.preprocessor_handle, c.seq_length)
+  out["model.safetensors"] = safetensors_bytes(
+      hf_tensors(encoder, model.kernel.numpy(), model.bias.numpy()))
+  pad = preprocessing.special_tokens(preprocessor)["padding_id"]
+  # Last: a folder is a model once config.json is there.
+  out["config.json"] = as_json(
+      hf_config(encoder.config, task, pad, c.dropout_rate))
+  return out
 
 
 def _check_target(output_dir):
@@ -432,35 +222,18 @@ def _check_target(output_dir):
 
 
 def write_folder(files, output_dir):
-  """Writes `files` into a temporary sibling of output_dir, then renames
-  it into place (config.json written last), so an interrupted export never
-  leaves a folder that loads. Returns output_dir."""
+  """Writes `files` ({name: bytes}, config.json last) to output_dir through
+  a temporary sibling (`run_dir.publish_folder`), so an interrupted export
+  never leaves a folder that loads. Returns output_dir."""
   _check_target(output_dir)
-  parent = os.path.dirname(output_dir.rstrip("/")) or "."
-  tf.io.gfile.makedirs(parent)
-  tmp = os.path.join(
-      parent, f".tmp-{os.path.basename(output_dir.rstrip('/'))}-"
-      f"{uuid.uuid4().hex[:8]}")
-  tf.io.gfile.makedirs(tmp)
-  try:
+
+  def write(tmp):
+    tf.io.gfile.makedirs(tmp)
     for name, data in files.items():
       with tf.io.gfile.GFile(os.path.join(tmp, name), "wb") as f:
         f.write(data)
-    if tf.io.gfile.exists(output_dir):
-      tf.io.gfile.rmtree(output_dir)  # empty, checked above
-    tf.io.gfile.rename(tmp, output_dir)
-    if not tf.io.gfile.exists(os.path.join(output_dir, "config.json")):
-      # A filesystem that renames only the folder entry (ram://, object
-      # stores): copy, config.json last (it is last in `files`).
-      for name in files:
-        tf.io.gfile.copy(
-            os.path.join(tmp, name),
-            os.path.join(output_dir, name),
-            overwrite=True)
-  finally:
-    if tf.io.gfile.exists(tmp):
-      tf.io.gfile.rmtree(tmp)
-  return output_dir
+
+  return run_dir.publish_folder(write, output_dir, "config.json")
 
 
 def export_run(model_dir,
