@@ -51,7 +51,8 @@ def main():
         type_vocab_size=2)
     # A pretraining checkpoint (encoder + masked-LM head) as TF-NLP writes
     # one, then the export that restores it, with the mlm sub-object.
-    _, pretrainer = export_tfhub_lib._create_model(  # pylint: disable=protected-access
+    # pylint: disable-next=protected-access
+    _, pretrainer = export_tfhub_lib._create_model(
         bert_config=bert_config, with_mlm=True)
     checkpoint = tf.train.Checkpoint(**pretrainer.checkpoint_items)
     path = checkpoint.save(os.path.join(tmp, "ckpt"))

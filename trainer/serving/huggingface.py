@@ -41,6 +41,7 @@ from trainer.base import run_dir
 from trainer.base import tasks
 from trainer.data import preprocessing
 from trainer.model import bert
+from trainer.model import garden
 from trainer.model import hf_import
 from trainer.serving import export
 from trainer.serving import hf_tokenizer
@@ -170,7 +171,7 @@ def garden_encoder(loaded, handle):
   neither (pre-LayerNorm, another activation) is an ExportError."""
   best, inputs = float("inf"), None
   for activation in ("gelu_new", "gelu"):
-    encoder = hf_import.model_garden_encoder(loaded, handle, activation)
+    encoder = garden.model_garden_encoder(loaded, handle, activation)
     if encoder is None:
       return None
     inputs = inputs or _probe_inputs(encoder.config)
