@@ -325,6 +325,16 @@ def test_minilm_single_sentence_parity(minilm_run):
   run, hf_dir = minilm_run
   diff, compared, _ = assert_parity(run, hf_dir, _tweets() + EDGE_TEXTS)
   print(f"minilm single: max |logit diff| {diff:.3g} over {compared} texts")
+  # The documented difference: tensorflow_text's WordPiece gives [UNK] to
+  # a word of over 100 bytes, transformers' to one of over 100 characters.
+  tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
+  saved = _savedmodel(run)
+  for word, same in (("\u0436" * 50, True), ("\u0436" * 51, False)):
+    ours = saved.signatures["preprocess"](
+        text=tf.constant([word]))["input_word_ids"].numpy()[0]
+    theirs = tokenizer(word, truncation=True)["input_ids"]
+    assert (ours[:len(theirs)].tolist() == theirs) == same
+    assert (ours[1] == tokenizer.unk_token_id) == (not same)
 
 
 @pytest.mark.slow
