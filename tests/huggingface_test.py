@@ -282,15 +282,17 @@ def _head(path, rows, folder):
   return target
 
 
-def _train_minilm(minilm, folder, train_file, **overrides):
-  """A MiniLM run of 2 steps on the first 200 rows of `train_file`,
+def _train_run(handles, folder, train_file, **overrides):
+  """A run of 2 steps on the first 200 rows of `train_file` with the
+  encoder and preprocessor in folder `handles` (a conversion's, or the
+  demo's),
   exported (one sequence length: no bucket traces a step of its own), and
   its Hugging Face export: (model_dir, hf_dir)."""
   c = tiny_config(
       folder / "run",
       "",
-      encoder_handle=os.path.join(minilm, "encoder"),
-      preprocessor_handle=os.path.join(minilm, "preprocessor"),
+      encoder_handle=os.path.join(handles, "encoder"),
+      preprocessor_handle=os.path.join(handles, "preprocessor"),
       train_file=_head(train_file, 200, folder),
       train_steps=2,
       steps_per_loop=2,
@@ -311,7 +313,7 @@ def minilm_run(minilm, tmp_path_factory):
   """A MiniLM sentiment run on tweets and its Hugging Face export."""
   if not os.path.isdir(SHARED):
     pytest.skip(f"{SHARED} is absent")
-  return _train_minilm(
+  return _train_run(
       minilm,
       tmp_path_factory.mktemp("minilm_run"),
       os.path.join(SHARED, "sentiment140_sample.csv"),
@@ -358,14 +360,14 @@ def test_minilm_round_trip_keeps_the_weights_exactly(minilm_run, tmp_path):
     np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.name)
 
 
-@pytest.mark.slow
-@needs_shared
-@needs_minilm
-def test_minilm_regression_parity_on_stsb_pairs(minilm, tmp_path):
+def _stsb_regression_parity(handles, folder, name):
+  """A regression run on STS-B pairs (2 steps) with the encoder and
+  preprocessor in folder `handles`, exported both ways: parity on 80 dev
+  pairs and the edge texts."""
   stsb = os.path.join(SHARED, "glue", "STS-B")
-  run, hf_dir = _train_minilm(
-      minilm,
-      tmp_path,
+  run, hf_dir = _train_run(
+      handles,
+      folder,
       os.path.join(stsb, "train.tsv"),
       quoting="none",
       text_column="sentence1,sentence2",
@@ -379,9 +381,21 @@ def test_minilm_regression_parity_on_stsb_pairs(minilm, tmp_path):
   diff, compared, ties = assert_parity(run, hf_dir,
                                        [a for a, _ in pairs] + EDGE_TEXTS,
                                        [b for _, b in pairs] + EDGE_TEXTS)
-  print(f"minilm regression: max |logit diff| {diff:.3g} over {compared} "
+  print(f"{name} regression: max |logit diff| {diff:.3g} over {compared} "
         f"pairs; {ties} truncation ties")
   assert compared >= 20
+
+
+@pytest.mark.slow
+@needs_shared
+@needs_minilm
+def test_minilm_regression_parity_on_stsb_pairs(minilm, tmp_path):
+  _stsb_regression_parity(minilm, tmp_path, "minilm")
+
+
+@needs_shared
+def test_demo_regression_parity_on_stsb_pairs(demo_paths, tmp_path):
+  _stsb_regression_parity(demo_paths["root"], tmp_path, "demo")
 
 
 # Model Garden's own TF Hub export of a tiny BERT (tests/data/
