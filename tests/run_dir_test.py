@@ -25,6 +25,46 @@ def test_json_state_is_replaced_whole(tmp_path):
   assert run_dir.read_json(str(tmp_path / "missing.json")) is None
 
 
+def _writer(files):
+
+  def write(tmp):
+    tf.io.gfile.makedirs(os.path.join(tmp, "sub"))
+    for name, data in files.items():
+      with tf.io.gfile.GFile(os.path.join(tmp, name), "w") as f:
+        f.write(data)
+
+  return write
+
+
+@pytest.mark.parametrize("base", ["local", "ram://publish"])
+def test_publish_folder_moves_a_whole_folder_and_leaves_no_temporary(
+    base, tmp_path):
+  """A local folder is renamed; on ram:// (an object store's semantics)
+  the files are copied. Either way the remains of an interrupted copy (no
+  marker file) are replaced, and a complete folder is never overwritten."""
+  parent = str(tmp_path) if base == "local" else f"{base}-{time.time_ns()}"
+  final = f"{parent}/out"
+  tf.io.gfile.makedirs(final)
+  with tf.io.gfile.GFile(f"{final}/stale.txt", "w") as f:
+    f.write("half")
+  files = {"a.txt": "a", "sub/b.txt": "b", "DONE": "ok"}
+  assert run_dir.publish_folder(_writer(files), final + "/", "DONE") == final
+  got = {
+      os.path.relpath(os.path.join(d, n), final)
+      for d, _, names in tf.io.gfile.walk(final)
+      for n in names
+  }
+  assert got == set(files)
+  assert tf.io.gfile.listdir(parent) in (["out"], ["out/"])
+  with pytest.raises(errors.ExportError) as e:
+    run_dir.publish_folder(_writer({"DONE": "other"}), final, "DONE")
+  assert str(e.value) == (f"{final} was written by another process "
+                          "meanwhile; remove it to write it again")
+  with tf.io.gfile.GFile(f"{final}/DONE") as f:
+    assert f.read() == "ok"
+  assert tf.io.gfile.listdir(parent) in (["out"], ["out/"])
+
+
 def test_locations():
   where = run_dir.locations("gs://b/r", summary_dir="gs://b/tb")
   assert (where.checkpoints, where.best, where.summaries,

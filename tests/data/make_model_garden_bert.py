@@ -6,7 +6,7 @@ and `bert_en_uncased_L-*` SavedModels), so the tests read the TF Hub layout
 `tokenize` and `bert_pack_inputs`) that no download can bring here.
 
 Model Garden is not a dependency of this project: run this once, in a
-throwaway venv, and commit what it writes (about 1 MB):
+throwaway venv, and commit what it writes (3.2 MB):
 
     python3 -m venv /tmp/garden && . /tmp/garden/bin/activate
     pip install -e '.[tf]' pyyaml scipy gin-config

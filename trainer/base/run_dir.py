@@ -150,10 +150,12 @@ def publish_folder(write, final, last):
   """Writes a folder through `write(tmp)` into a temporary sibling of
   `final`, then moves it to `final`, so no reader ever sees a half-written
   folder under that name: a complete one has its file `last` (written last
-  by `write`). A rename is atomic on local disks; filesystems that rename
-  only the folder entry and not what is inside (ram://, object stores) get
-  a copy instead, `last` copied last. A `final` without `last` (the remains
-  of an interrupted copy) is replaced. Returns final."""
+  by `write`). On a local disk that is one atomic rename. Elsewhere (gs://,
+  ram://, other object stores) a folder's rename moves its objects one by
+  one, in name order, so the files are copied instead, `last` last. A
+  `final` without `last` (the remains of an interrupted copy) is replaced;
+  one with `last` (written meanwhile by another process) is an ExportError
+  and stays as it is. Returns final."""
   final = final.rstrip("/")
   parent = os.path.dirname(final) or "."
   tf.io.gfile.makedirs(parent)
@@ -161,18 +163,22 @@ def publish_folder(write, final, last):
                      f".tmp-{os.path.basename(final)}-{uuid.uuid4().hex[:8]}")
   try:
     write(tmp)
+    if tf.io.gfile.exists(os.path.join(final, last)):
+      raise errors.ExportError(f"{final} was written by another process "
+                               "meanwhile; remove it to write it again")
     if tf.io.gfile.exists(final):
       remove_quietly(final)
-    tf.io.gfile.rename(tmp, final)
-    if not tf.io.gfile.exists(os.path.join(final, last)):
-      files = []
-      for folder, _, names in tf.io.gfile.walk(tmp):
-        files += [os.path.join(folder, n) for n in names]
-      files.sort(key=lambda p: os.path.basename(p) == last)
-      for src in files:
-        dst = os.path.join(final, os.path.relpath(src, tmp))
-        tf.io.gfile.makedirs(os.path.dirname(dst))
-        tf.io.gfile.copy(src, dst, overwrite=True)
+    if "://" not in final or final.startswith("file://"):
+      tf.io.gfile.rename(tmp, final)
+      return final
+    files = []
+    for folder, _, names in tf.io.gfile.walk(tmp):
+      files += [os.path.join(folder, n) for n in names]
+    files.sort(key=lambda p: os.path.basename(p) == last)
+    for src in files:
+      dst = os.path.join(final, os.path.relpath(src, tmp))
+      tf.io.gfile.makedirs(os.path.dirname(dst))
+      tf.io.gfile.copy(src, dst, overwrite=True)
   finally:
     remove_quietly(tmp)
   return final

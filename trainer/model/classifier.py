@@ -44,6 +44,16 @@ def load_handle(handle, flag, io_device=None):
         "trainer.convert_hf) or the embedded 'demo'.") from None
 
 
+def local_folder(handle, flag):
+  """The folder a handle's SavedModel is read from: the handle itself, or
+  for a URL the TF Hub cache's copy (downloaded if missing)."""
+  try:
+    return hub.resolve(handle)
+  except Exception as e:  # Network, format and permission errors alike.
+    raise HandleError(
+        f"cannot resolve --{flag}={handle}: {errors.first_line(e)}") from None
+
+
 def _check_api(encoder, preprocessor, encoder_handle, preprocessor_handle):
   """Each handle has the interface it is loaded for (swapped handles, or an
   unrelated SavedModel, would fail deep inside TensorFlow)."""

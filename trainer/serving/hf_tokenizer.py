@@ -30,6 +30,7 @@ import tensorflow as tf
 
 from trainer.base import errors
 from trainer.data import preprocessing
+from trainer.model import classifier
 
 ExportError = errors.ExportError
 
@@ -105,8 +106,10 @@ def casefold_steps():
   rules = {}
   for lowered, want in zip(_lower(chars), folded):
     want = want.decode("utf-8")
-    if lowered != want:
-      rules.setdefault(lowered, want)
+    if lowered != want and rules.setdefault(lowered, want) != want:
+      # Two characters this pipeline lower-cases alike but ICU folds
+      # apart: no rule can tell them; the probes check the first.
+      logging.warning("case folding: %r folds two ways", lowered)
   dropped = sorted(k for k, v in rules.items() if not v and len(k) == 1)
   steps = [
       _replace("[" + "".join(f"\\x{{{ord(c):X}}}" for c in dropped) + "]", "")
@@ -249,9 +252,11 @@ def read_vocab(preprocessor, handle):
   """The loaded preprocessor's vocabulary (tokens by id): its vocab_file
   asset (this project's), else the SavedModel's assets/vocab.txt."""
   asset = getattr(getattr(preprocessor, "vocab_file", None), "asset_path", None)
-  path = (
-      asset.numpy().decode("utf-8")
-      if asset is not None else f"{handle.rstrip('/')}/assets/vocab.txt")
+  if asset is not None:
+    path = asset.numpy().decode("utf-8")
+  else:  # TF Hub's: in its folder (for a URL, the TF Hub cache's copy)
+    folder = classifier.local_folder(handle, "preprocessor_handle")
+    path = f"{folder.rstrip('/')}/assets/vocab.txt"
   if not tf.io.gfile.exists(path):
     raise ExportError(f"--preprocessor_handle={handle} has no WordPiece "
                       "vocabulary (assets/vocab.txt); it is not supported by "

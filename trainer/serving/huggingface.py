@@ -192,7 +192,7 @@ def bert_encoder(loaded, handle):
     return bert.NativeEncoder(loaded).encoder
   encoder = garden_encoder(loaded, handle)
   if encoder is None:
-    sample = next((v.name for v in loaded.variables), "none")
+    sample = next((v.name for v in loaded.trainable_variables), "none")
     raise ExportError(
         f"--encoder_handle={handle} is neither this project's encoder nor a "
         f"Model Garden BERT (its variables, e.g. {sample!r}, have no "
