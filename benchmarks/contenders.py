@@ -239,6 +239,7 @@ def _trace_every_bucket(job):
   """One step of the train loop on a group of each bucket (real rows of
   the training split), so no trace or compile falls in a timed chunk."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from trainer.base import buckets as buckets_lib  # noqa: E501  pylint: disable=g-import-not-at-top
   from trainer.data import input_pipeline  # pylint: disable=g-import-not-at-top
   c, strategy = job.run.config, job.strategy
   split, packer = _train_data(job)
@@ -247,7 +248,7 @@ def _trace_every_bucket(job):
       packer,
       job.buckets,
       c.batch_size,
-      c.steps_per_loop,
+      buckets_lib.group_size(c.steps_per_loop, job.buckets),
       job.plan.steps_per_epoch,
       seed=1)
   found = {}

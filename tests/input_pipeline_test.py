@@ -172,3 +172,46 @@ def test_label_sorted_file_gives_mixed_batches(tmp_path, demo_paths):
   # Control: one reader and a small buffer see only the first label.
   sorted_only = _first_batches_label_mix(path, 1, demo_paths)
   assert all(m == 0.0 for m in sorted_only), sorted_only
+
+
+def _bucket_positions(split, packer, buckets, group_size, spe, length):
+  """Positions in epoch 0 of the batches of bucket `length`."""
+  ds = input_pipeline.train_dataset(
+      split,
+      packer,
+      buckets,
+      4,
+      steps_per_epoch=spe,
+      group_size=group_size,
+      seed=3,
+      shuffle_buffer=400)
+  return [
+      i for i, b in enumerate(ds.take(spe))
+      if b["input_word_ids"].shape[1] == length
+  ]
+
+
+def test_small_training_groups_spread_every_bucket_over_the_epoch(
+    tmp_path, preprocessor):
+  """Groups of --steps_per_loop batches put a bucket with fewer batches
+  than a group only at the epoch's end (an epoch ordered by length); the
+  trainer's groups (`buckets.group_size`) spread it over the epoch."""
+  _varied_csv(tmp_path / "d.csv", 400)
+  packer = preprocessing.make_packer(preprocessor, 8)
+  split = _split(tmp_path / "d.csv")
+  buckets = (5, 8)
+  counts = buckets_lib.counts(
+      input_pipeline.length_histogram(split, packer, 8), buckets)
+  # Rows of at most 5 pieces: 2 + digits + i*7 % 5 "a"s <= 5.
+  assert counts == [102, 298]
+  spe = buckets_lib.steps_per_epoch(counts, 4)
+  assert spe == 25 + 74
+  assert buckets_lib.group_size(50, buckets) == buckets_lib.GROUP_BATCHES == 5
+  assert buckets_lib.group_size(50, (8,)) == 50
+  assert buckets_lib.group_size(3, buckets) == 3
+  spread = _bucket_positions(split, packer, buckets, 5, spe, 5)
+  whole = _bucket_positions(split, packer, buckets, 50, spe, 5)
+  assert len(spread) == len(whole) == 25
+  assert min(whole) >= 50  # all 25 after the first group of 50 long ones
+  thirds = {p * 3 // spe for p in spread}
+  assert thirds == {0, 1, 2}

@@ -28,6 +28,16 @@ MAX_AUTO_BUCKETS = 4
 # auto gives a bucket at least this many batches of examples: a bucket with
 # fewer than one batch would never train its examples.
 MIN_BATCHES = 4
+# With several buckets a training group (the batches of one bucket that one
+# train-loop call runs) holds at most this many batches. A group fills when
+# its bucket has seen that many batches of rows, so small groups spread every
+# bucket over the epoch; groups of --steps_per_loop (50 in the GLUE CPU
+# flagfiles) put a bucket with fewer rows than one group's only at the
+# epoch's end, an epoch ordered by length that cost STS-B 2.2 points of
+# correlation (BUILD_NOTES.md, "Length buckets"). 5 is the group the race
+# measured the bucketed rates with; the cost is a call (and a wait for the
+# device) every 5 steps instead of every --steps_per_loop.
+GROUP_BATCHES = 5
 
 
 def parse(spec, seq_length):
@@ -56,6 +66,14 @@ def parse(spec, seq_length):
         f"--seq_length={seq_length}, the truncation length and the last "
         "bucket; raise --seq_length or drop it")
   return tuple(lengths) + (() if lengths[-1] == seq_length else (seq_length,))
+
+
+def group_size(steps_per_loop, buckets):
+  """Batches per training group: `steps_per_loop` with one bucket (a loop
+  is one call, as before buckets), else at most GROUP_BATCHES."""
+  if len(buckets) == 1:
+    return steps_per_loop
+  return min(steps_per_loop, GROUP_BATCHES)
 
 
 def padded_tokens(histogram, buckets):

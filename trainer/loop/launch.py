@@ -300,7 +300,7 @@ def _trainer(c, strategy, state, route, data, plan, run):
         packer,
         buckets,
         c.batch_size,
-        c.steps_per_loop,
+        buckets_lib.group_size(c.steps_per_loop, buckets),
         plan.steps_per_epoch,
         start_step=position,
         seed=c.seed,

@@ -75,19 +75,25 @@ class Trainer:
     start, position = self.state.step, self.state.data_position
     host.keep_malloc_fast()
     started = time.perf_counter()
-    remaining, loss_sum, norm_sum, applied_sum = num_steps, 0.0, 0.0, 0.0
+    remaining, calls = num_steps, []
     while remaining:
       group, offset, steps = self._segment(remaining)
-      loss, norm, applied = self.train_loop(group, tf.constant(offset),
-                                            tf.constant(steps))
-      applied = float(applied)  # waits for the device
-      loss_sum += float(loss) * steps
-      norm_sum += float(norm) * max(applied, 1.0)
-      applied_sum += applied
+      # Not read back here: the next call (a loop is several when it
+      # crosses groups, of up to buckets.GROUP_BATCHES batches each with
+      # several buckets) is dispatched while this one runs.
+      calls.append(
+          (steps, self.train_loop(group, tf.constant(offset),
+                                  tf.constant(steps))))
       self._used += steps
       remaining -= steps
       self.steps_per_length[self._length] = self.steps_per_length.get(
           self._length, 0) + steps
+    loss_sum, norm_sum, applied_sum = 0.0, 0.0, 0.0
+    for steps, (loss, norm, applied) in calls:
+      applied = float(applied)  # waits for the device
+      loss_sum += float(loss) * steps
+      norm_sum += float(norm) * max(applied, 1.0)
+      applied_sum += applied
     seconds = time.perf_counter() - started
     step = start + num_steps
     return controller.LoopOutput(
