@@ -35,8 +35,9 @@ MIN_BATCHES = 4
 # flagfiles) put a bucket with fewer rows than one group's only at the
 # epoch's end, an epoch ordered by length that cost STS-B 2.2 points of
 # correlation (BUILD_NOTES.md, "Length buckets"). 5 is the group the race
-# measured the bucketed rates with; the cost is a call (and a wait for the
-# device) every 5 steps instead of every --steps_per_loop.
+# measured the bucketed rates with; the cost is a call every 5 steps
+# instead of every --steps_per_loop (`Trainer.train` dispatches a loop's
+# calls before it reads any result back, so none waits for the device).
 GROUP_BATCHES = 5
 
 
