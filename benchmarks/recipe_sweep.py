@@ -1,20 +1,35 @@
-r"""The recipe sweep: one fine-tuning run per row, one table at the end.
+r"""The recipe sweep: fine-tuning runs per row and repetition, statistics
+over the repetitions, one table at the end.
 
     python benchmarks/recipe_sweep.py \
         --flagfile=flags/sentiment140_minilm_cpu.flags \
-        --rows=benchmarks/sweep_minilm_cpu.txt --work_dir=/tmp/sweep
+        --rows=benchmarks/sweep_minilm_cpu.txt --work_dir=/tmp/sweep \
+        --folds=5 --baseline=s48_e2_fixed
 
 Each line of `--rows` is `<name> <flag> <flag> ...`: flags that override
-the flagfile for that run (`#` starts a comment). Rows run one after the
-other, as real `python -m trainer.main` processes, each in its own
-model_dir under `--work_dir`, with an eval only at the end and no export,
-so the eval metrics are the final model's, never a pick among evals.
-A row whose summary.json exists is not run again: the sweep resumes after
-a kill. Prints a Markdown table (every eval metric, train examples/s, wall
-time, the command) and writes it to `--work_dir`/sweep.md.
+the flagfile for that run (`#` starts a comment). Each row runs once per
+repetition:
+  --seeds=N: `--seed=0` .. `--seed=N-1`. The seed changes the data order,
+    the head's initialisation and, where validation is carved from train,
+    which rows are held out (a hash of seed and row index).
+  --folds=K: `--validation_fold=0` .. `K-1` at the flagfile's seed: K
+    disjoint held-out parts, so K runs evaluate K times as many rows.
+Both together give every (seed, fold). Runs go repetition by repetition,
+every row within one, so a sweep cut short still holds complete pairs.
+Each run is a real `python -m trainer.main` process in its own model_dir
+under `--work_dir`, with an eval only at the end and no export, so the
+metrics are the final model's, never a pick among evals. A run whose record
+exists is not run again: a killed sweep resumes from the runs it has.
+
+Prints a Markdown table per eval metric: each row's mean, standard
+deviation and standard error over its repetitions and, against
+`--baseline`, the paired difference with its 95% interval (Student's t over
+the repetitions both rows ran); writes the table to `--work_dir`/sweep.md
+and every run's record with the statistics to `--work_dir`/sweep.json.
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -22,6 +37,8 @@ import shlex
 import subprocess
 import sys
 import time
+
+import sweep_stats
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The sweep's own settings: final-model metrics, nothing but training timed.
@@ -44,8 +61,18 @@ def command(flagfile, overrides, model_dir):
           overrides + [f"--model_dir={model_dir}"])
 
 
-def run_row(flagfile, name, overrides, work_dir):
-  """Runs one row unless its summary exists; returns its record."""
+def repetitions(seeds, folds):
+  """[(suffix, flags)] of every repetition; one plain run when both are 0."""
+  seed_part = [(f"s{i}", [f"--seed={i}"]) for i in range(seeds)] or [("", [])]
+  fold_part = [(f"f{k}", [f"--validation_fold={k}"]) for k in range(folds)
+              ] or [("", [])]
+  return [("-".join(filter(None, (s, f))), s_flags + f_flags)
+          for s, s_flags in seed_part
+          for f, f_flags in fold_part]
+
+
+def run_one(flagfile, name, overrides, work_dir):
+  """Runs one (row, repetition) unless its record exists; returns it."""
   model_dir = os.path.join(work_dir, name)
   record_path = os.path.join(model_dir, "sweep_record.json")
   if os.path.exists(record_path):
@@ -76,35 +103,100 @@ def run_row(flagfile, name, overrides, work_dir):
   return record
 
 
-def table(records, flagfile):
-  lines = [
-      "| row | overrides | eval metrics (final model) | train examples/s | "
-      "wall |", "| --- | --- | --- | --- | --- |"
-  ]
-  for r in records:
-    # Rows recorded before the sweep reported every metric held accuracy.
-    scores = r.get("metrics") or ({
-        "accuracy": r["accuracy"]
-    } if "accuracy" in r else None)
-    if not scores:
-      lines.append(f"| {r['name']} | {' '.join(r['overrides'])} | failed "
-                   f"(rc {r['rc']}) | - | - |")
-      continue
-    minutes, seconds = divmod(int(r["wall_seconds"]), 60)
-    # None when the row only resumed a finished run (no loop timed).
-    speed = r["examples_per_second"]
-    lines.append(f"| {r['name']} | `{' '.join(r['overrides'])}` | "
-                 f"{', '.join(f'{k} {v:.4f}' for k, v in scores.items())} | "
-                 f"{'-' if speed is None else f'{speed:.1f}'} | "
-                 f"{minutes} min {seconds:02d} s |")
-  lines.append("")
+def statistics(runs, baseline):
+  """runs: {row: {repetition: record}} -> {row: {metric: dict}} with the
+  Summary over the row's finished repetitions and, for rows other than
+  `baseline`, the Paired difference against it."""
+
+  def values(row, metric):
+    return {
+        rep: r["metrics"][metric]
+        for rep, r in runs[row].items()
+        if metric in r.get("metrics", {})
+    }
+
+  out = {}
+  for row in runs:
+    metrics = sorted(
+        {m for r in runs[row].values() for m in r.get("metrics", {})})
+    out[row] = {}
+    for metric in metrics:
+      mine = values(row, metric)
+      entry = dict(summary=sweep_stats.summarize(mine.values()))
+      if baseline in runs and row != baseline:
+        entry["paired"] = sweep_stats.paired(mine, values(baseline, metric))
+      out[row][metric] = entry
+  return out
+
+
+def _points(v, scale=100):
+  return "-" if v is None or v != v else f"{v * scale:.2f}"
+
+
+def table(runs, stats, baseline, flagfile):
+  metrics = sorted({m for row in stats.values() for m in row})
+  lines = []
+  for metric in metrics:
+    lines += [
+        f"**{metric}** (x100; paired: row - {baseline or 'none'}, 95% "
+        "interval over the repetitions both ran)", "",
+        "| row | runs | mean | sd | sem | paired diff | 95% interval | "
+        "train examples/s | wall per run |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    ]
+    for row, entries in stats.items():
+      done = [r for r in runs[row].values() if "metrics" in r]
+      failed = len(runs[row]) - len(done)
+      if metric not in entries:
+        lines.append(f"| {row} | 0 of {len(runs[row])} | failed | | | | | "
+                     "| |")
+        continue
+      s, p = entries[metric]["summary"], entries[metric].get("paired")
+      speeds = [
+          r["examples_per_second"] for r in done if r.get("examples_per_second")
+      ]
+      speed = f"{sum(speeds) / len(speeds):.1f}" if speeds else "-"
+      wall = sum(r["wall_seconds"] for r in done) / max(len(done), 1)
+      interval = "-"
+      if p and p.low == p.low:
+        interval = f"[{_points(p.low)}, {_points(p.high)}]"
+      lines.append(
+          f"| {row} | {s.n}{f' ({failed} failed)' if failed else ''} | "
+          f"{_points(s.mean)} | {_points(s.sd)} | {_points(s.sem)} | "
+          f"{_points(p.diff.mean) if p else '-'} | {interval} | {speed} | "
+          f"{wall / 60:.1f} min |")
+    lines.append("")
   base = f"--flagfile={flagfile} " if flagfile else ""
-  lines.append(f"Command per row: `python -m trainer.main "
-               f"{base}{' '.join(FIXED)} <overrides> "
-               f"--model_dir=<work_dir>/<row>`; machine: "
-               f"{platform.processor() or platform.machine()}, "
+  lines.append(f"Command per run: `python -m trainer.main "
+               f"{base}{' '.join(FIXED)} <row's flags> <repetition's "
+               f"--seed/--validation_fold> --model_dir=<work_dir>/<row>-<rep>`"
+               f"; machine: {platform.processor() or platform.machine()}, "
                f"{os.cpu_count()} cores.")
   return "\n".join(lines)
+
+
+def write(work_dir, runs, stats, baseline, flagfile):
+  text = table(runs, stats, baseline, flagfile)
+  with open(os.path.join(work_dir, "sweep.md"), "w") as f:
+    f.write(text + "\n")
+  as_json = {
+      row: {
+          metric: {
+              k: dataclasses.asdict(v) if v is not None else None
+              for k, v in entry.items()
+          }
+          for metric, entry in entries.items()
+      } for row, entries in stats.items()
+  }
+  tmp = os.path.join(work_dir, "sweep.json.tmp")
+  with open(tmp, "w") as f:
+    json.dump(
+        dict(runs=runs, statistics=as_json, baseline=baseline),
+        f,
+        indent=1,
+        default=str)
+  os.replace(tmp, os.path.join(work_dir, "sweep.json"))
+  return text
 
 
 def main():
@@ -119,24 +211,37 @@ def main():
       "--only",
       default="",
       help="Comma-separated row names to run (default all).")
+  parser.add_argument(
+      "--seeds", type=int, default=0, help="Runs per row with --seed=0..N-1.")
+  parser.add_argument(
+      "--folds",
+      type=int,
+      default=0,
+      help="Runs per row with --validation_fold=0..K-1.")
+  parser.add_argument(
+      "--baseline",
+      default="",
+      help="The row every other is compared with, paired per repetition.")
   args = parser.parse_args()
   os.makedirs(args.work_dir, exist_ok=True)
   only = set(filter(None, args.only.split(",")))
-  records = []
-  for name, overrides in read_rows(args.rows):
-    if only and name not in only:
-      continue
-    records.append(run_row(args.flagfile, name, overrides, args.work_dir))
-    r = records[-1]
-    print(
-        f"{name}: {r.get('metrics', 'failed')}, "
-        f"{r['wall_seconds']:.0f} s",
-        file=sys.stderr,
-        flush=True)
-    text = table(records, args.flagfile)
-    with open(os.path.join(args.work_dir, "sweep.md"), "w") as f:
-      f.write(text + "\n")
-  print(table(records, args.flagfile))
+  rows = [(n, o) for n, o in read_rows(args.rows) if not only or n in only]
+  if args.baseline and args.baseline not in dict(rows):
+    parser.error(f"--baseline={args.baseline} is not a row of --rows")
+  runs = {name: {} for name, _ in rows}
+  for rep, rep_flags in repetitions(args.seeds, args.folds):
+    for name, overrides in rows:
+      run_name = f"{name}-{rep}" if rep else name
+      r = run_one(args.flagfile, run_name, overrides + rep_flags, args.work_dir)
+      runs[name][rep or "-"] = r
+      print(
+          f"{run_name}: {r.get('metrics', 'failed')}, "
+          f"{r['wall_seconds']:.0f} s",
+          file=sys.stderr,
+          flush=True)
+      stats = statistics(runs, args.baseline)
+      text = write(args.work_dir, runs, stats, args.baseline, args.flagfile)
+  print(text)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from conftest import make_splits
 from files_test import _fields
 from files_test import _line
 from files_test import make_fixture
+from trainer.base import checks
 from trainer.base import config as config_lib
 from trainer.base import errors
 from trainer.base import tasks
@@ -315,3 +316,44 @@ def test_glue_tsv_quotes_are_plain_characters_only_with_quoting_none():
   assert quoted["rows_used"] < 3668 and quoted["rejected"]["malformed_row"]
   with pytest.raises(Exception, match="needs --quoting=none"):
     splits_lib.check_bad_fraction(split, quoted, 0.01)
+
+
+def test_validation_folds_partition_the_rows(tmp_path):
+  """Folds 0..3 of one seed at 0.25 are disjoint and cover every row; each
+  fold's remaining part is the other three folds; fold 0 is the carve of
+  runs from before --validation_fold."""
+  _write_csv(tmp_path / "d.csv", [(f"row {i}", i % 2) for i in range(200)])
+  src = sources.FileSource(str(tmp_path / "d.csv"), {0: 0, 1: 1}, "csv")
+
+  def rows(holdout, fold):
+    split = splits_lib.Split("s", src, holdout, 0.25, seed=3, fold=fold)
+    return [int(r["index"]) for r in split.records()]
+
+  folds = [rows(True, k) for k in range(4)]
+  assert sorted(sum(folds, [])) == list(range(200))
+  for k in range(4):
+    others = sum((folds[j] for j in range(4) if j != k), [])
+    assert sorted(rows(False, k)) == sorted(others)
+  assert folds[0] == [
+      int(r["index"])
+      for r in splits_lib.Split("s", src, True, 0.25, seed=3).records()
+  ]
+  assert all(30 <= len(f) <= 70 for f in folds)
+
+
+@pytest.mark.parametrize("fraction, fold, message", [
+    (0.25, 4, "--validation_fold=4 is invalid: --validation_fraction=0.25 "
+     "leaves folds 0..3"),
+    (0.3, 3, "--validation_fold=3 is invalid: --validation_fraction=0.3 "
+     "leaves folds 0..2"),
+    (0.1, -1, "--validation_fold=-1 is invalid: must be >= 0"),
+])
+def test_a_fold_outside_the_fraction_is_refused(fraction, fold, message):
+  c = config_lib.Config(validation_fraction=fraction, validation_fold=fold)
+  with pytest.raises(errors.ConfigError) as e:
+    checks.validate(c)
+  assert str(e.value) == message
+
+
+def test_the_last_fold_of_an_exact_partition_is_accepted():
+  checks.validate(config_lib.Config(validation_fraction=0.1, validation_fold=9))

@@ -157,6 +157,15 @@ def _check_buckets(c):
   buckets.parse(c.seq_buckets, c.seq_length)  # a ConfigError naming it
 
 
+def _check_fold(c):
+  # Float rounding must not refuse the last fold of an exact partition.
+  if (c.validation_fold + 1) * c.validation_fraction > 1 + 1e-9:
+    last = math.floor(1 / c.validation_fraction + 1e-9) - 1
+    _fail(
+        "validation_fold", c.validation_fold, f"--validation_fraction="
+        f"{c.validation_fraction} leaves folds 0..{last}")
+
+
 def _check_schedule(c):
   if c.train_steps == 0 and not (math.isfinite(c.epochs) and c.epochs > 0):
     _fail("epochs", c.epochs, "must be > 0 when --train_steps=0")
@@ -173,6 +182,7 @@ def validate(c):
   _check_labels(c)
   _check_task(c)
   _check_buckets(c)
+  _check_fold(c)
   _check_schedule(c)
   return c
 

@@ -161,6 +161,11 @@ class Config:
       0.05, "Share of train carved (seeded) into validation when the data "
       "has no validation split.", None,
       (_finite(lambda v: 0.0 < v < 1.0), "must be in (0, 1)"))
+  validation_fold: int = _flag(
+      0, "Which share of train is carved into validation: fold k holds the "
+      "rows whose seeded hash falls in [k, k+1) x --validation_fraction, so "
+      "folds 0..K-1 of one --seed are disjoint (K-fold estimates).", None,
+      (lambda v: v >= 0, "must be >= 0"))
   seq_length: int = _flag(
       64, "Tokens per example incl. [CLS]/[SEP].", None,
       (lambda v: 3 <= v <= 8192, "must be in [3, 8192] (room for [CLS], a "

@@ -51,6 +51,7 @@ class DataSpec:
   quoting: str = "csv"
   label_map: str = ""
   validation_fraction: float = 0.05
+  validation_fold: int = 0
   seed: int = 0
   demo_files: tuple = ()
 
@@ -70,8 +71,9 @@ class Split:
   """A named split: a source, optionally a seeded part of it.
 
   `holdout` is None for a whole source. Otherwise the source's rows are
-  partitioned by a hash of (seed, row index): rows whose bucket falls under
-  `fraction` form the held-out part (holdout=True), the rest the other part.
+  partitioned by a hash of (seed, row index): rows whose bucket falls in
+  [fold, fold + 1) x `fraction` form the held-out part (holdout=True), the
+  rest the other part.
   """
 
   name: str
@@ -79,19 +81,22 @@ class Split:
   holdout: bool | None = None
   fraction: float = 0.0
   seed: int = 0
+  fold: int = 0
 
   def chunks(self, stripes=1):
     """The split's records in chunks (dicts of equal-length vectors)."""
     ds = self.source.chunks(stripes=stripes)
     if self.holdout is None:
       return ds
-    threshold = int(round(self.fraction * _BUCKETS))
+    low = int(round(self.fold * self.fraction * _BUCKETS))
+    high = int(round((self.fold + 1) * self.fraction * _BUCKETS))
     seed, holdout = self.seed, self.holdout
 
     def keep(chunk):
       keys = tf.strings.join(
           [str(seed), tf.strings.as_string(chunk["index"])], separator=":")
-      held = tf.strings.to_hash_bucket_fast(keys, _BUCKETS) < threshold
+      bucket = tf.strings.to_hash_bucket_fast(keys, _BUCKETS)
+      held = (bucket >= low) & (bucket < high)
       mask = tf.equal(held, holdout)
       return {k: tf.boolean_mask(v, mask) for k, v in chunk.items()}
 
@@ -105,8 +110,10 @@ class Split:
   def describe(self):
     part = ""
     if self.holdout is not None:
+      fold = f" of fold {self.fold}" if self.fold else ""
       part = (f" ({'held-out' if self.holdout else 'remaining'} "
-              f"{self.fraction if self.holdout else 1 - self.fraction:.0%})")
+              f"{self.fraction if self.holdout else 1 - self.fraction:.0%}"
+              f"{fold})")
     return self.source.describe() + part
 
 
@@ -191,12 +198,12 @@ def _file_source(task, data, path, split, label_map=None):
 def make_splits(task, data):
   """Returns {"train": Split, "validation": Split[, "test": Split]} of the
   Task `task` read per DataSpec `data`."""
-  seed, fraction = data.seed, data.validation_fraction
+  carved = (data.validation_fraction, data.seed, data.validation_fold)
 
   def carve(source):
     return dict(
-        train=Split("train", source, False, fraction, seed),
-        validation=Split("validation", source, True, fraction, seed))
+        train=Split("train", source, False, *carved),
+        validation=Split("validation", source, True, *carved))
 
   if task.source == "tfds":
     return _tfds(task, data, carve)

@@ -1,0 +1,114 @@
+"""The recipe sweep's statistics, against hand-worked values, and its
+table and resume on records (no training run)."""
+
+import json
+import math
+import os
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+# pylint: disable=g-import-not-at-top,wrong-import-position
+import recipe_sweep  # noqa: E402
+import sweep_stats  # noqa: E402
+
+
+def test_summary_of_three_values():
+  # 0.80, 0.82, 0.84: mean 0.82, deviations -.02, 0, .02, sum of squares
+  # 0.0008 over n - 1 = 2: variance 0.0004, sd 0.02, sem 0.02 / sqrt(3).
+  s = sweep_stats.summarize([0.80, 0.82, 0.84])
+  assert s.n == 3
+  assert s.mean == pytest.approx(0.82, abs=1e-12)
+  assert s.sd == pytest.approx(0.02, abs=1e-12)
+  assert s.sem == pytest.approx(0.02 / math.sqrt(3), abs=1e-12)
+
+
+def test_one_value_has_no_spread():
+  s = sweep_stats.summarize([0.5])
+  assert (s.n, s.mean) == (1, 0.5)
+  assert math.isnan(s.sd) and math.isnan(s.sem)
+
+
+def test_paired_interval_over_shared_repetitions():
+  # Differences over f0..f3 (f4 has no baseline): .01, .03, .02, .02;
+  # mean .02, squared deviations 1e-4 + 1e-4 + 0 + 0 over 3: sd
+  # sqrt(2/3) x 1e-2, sem sd / 2, half width t(0.975, 3) = 3.182 x sem.
+  row = dict(f0=0.81, f1=0.83, f2=0.82, f3=0.84, f4=0.99)
+  base = dict(f0=0.80, f1=0.80, f2=0.80, f3=0.82)
+  p = sweep_stats.paired(row, base)
+  sd = math.sqrt(2 / 3) * 1e-2
+  assert p.diff.n == 4
+  assert p.diff.mean == pytest.approx(0.02, abs=1e-12)
+  assert p.diff.sd == pytest.approx(sd, abs=1e-12)
+  assert p.half_width == pytest.approx(3.182 * sd / 2, abs=1e-12)
+  assert (p.low, p.high) == pytest.approx(
+      (0.02 - 3.182 * sd / 2, 0.02 + 3.182 * sd / 2))
+
+
+def test_paired_needs_a_shared_repetition():
+  assert sweep_stats.paired(dict(s0=1.0), dict(s1=1.0)) is None
+  one = sweep_stats.paired(dict(s0=0.9), dict(s0=0.8))
+  assert one.diff.mean == pytest.approx(0.1) and math.isnan(one.low)
+
+
+@pytest.mark.parametrize("df, t", [(1, 12.706), (2, 4.303), (4, 2.776),
+                                   (30, 2.042), (40, 2.021), (60, 2.000),
+                                   (120, 1.980), (10_000, 1.960)])
+def test_t_quantiles(df, t):
+  assert sweep_stats.t975(df) == pytest.approx(t, abs=1.5e-3)
+
+
+def test_repetitions_are_seeds_then_folds():
+  assert recipe_sweep.repetitions(0, 0) == [("", [])]
+  assert recipe_sweep.repetitions(2, 0) == [("s0", ["--seed=0"]),
+                                            ("s1", ["--seed=1"])]
+  assert recipe_sweep.repetitions(0, 2) == [("f0", ["--validation_fold=0"]),
+                                            ("f1", ["--validation_fold=1"])]
+  assert [r for r, _ in recipe_sweep.repetitions(2, 2)
+         ] == ["s0-f0", "s0-f1", "s1-f0", "s1-f1"]
+
+
+def _record(work_dir, name, accuracy):
+  os.makedirs(os.path.join(work_dir, name))
+  record = dict(
+      name=name,
+      overrides=[],
+      rc=0,
+      wall_seconds=60.0,
+      metrics=dict(accuracy=accuracy, loss=0.4),
+      eval_examples=100,
+      examples_per_second=10.0,
+      steps=5)
+  with open(os.path.join(work_dir, name, "sweep_record.json"), "w") as f:
+    json.dump(record, f)
+
+
+def test_the_sweep_resumes_from_its_records_and_tabulates(tmp_path):
+  """Every run has its record, so the sweep runs nothing and prints the
+  statistics of the records: the resume path and the table together."""
+  rows = tmp_path / "rows.txt"
+  rows.write_text("fixed --seq_buckets=none\nauto --seq_buckets=auto\n")
+  work = str(tmp_path / "work")
+  for fold, (a, b) in enumerate([(0.80, 0.81), (0.82, 0.84), (0.84, 0.83)]):
+    _record(work, f"fixed-f{fold}", a)
+    _record(work, f"auto-f{fold}", b)
+  sys.argv = [
+      "recipe_sweep", f"--rows={rows}", f"--work_dir={work}", "--folds=3",
+      "--baseline=fixed"
+  ]
+  recipe_sweep.main()
+  with open(os.path.join(work, "sweep.json")) as f:
+    out = json.load(f)
+  auto = out["statistics"]["auto"]["accuracy"]
+  # Differences .01, .02, -.01: mean 1/150, sd sqrt(7) / 100 x sqrt(1/3).
+  assert auto["summary"]["mean"] == pytest.approx(0.8267, abs=1e-4)
+  assert auto["paired"]["diff"]["mean"] == pytest.approx(0.01 / 1.5)
+  sd = math.sqrt(
+      ((0.01 - 1 / 150)**2 + (0.02 - 1 / 150)**2 + (-0.01 - 1 / 150)**2) / 2)
+  assert auto["paired"]["diff"]["sd"] == pytest.approx(sd)
+  text = open(os.path.join(work, "sweep.md")).read()
+  assert "| auto | 3 | 82.67 | 1.53 | 0.88 | 0.67 |" in text
+  assert "| fixed | 3 | 82.00 | 2.00 | 1.15 | - | - | 10.0 | 1.0 min |" in text
