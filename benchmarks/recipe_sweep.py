@@ -64,8 +64,8 @@ def command(flagfile, overrides, model_dir):
 def repetitions(seeds, folds):
   """[(suffix, flags)] of every repetition; one plain run when both are 0."""
   seed_part = [(f"s{i}", [f"--seed={i}"]) for i in range(seeds)] or [("", [])]
-  fold_part = [(f"f{k}", [f"--validation_fold={k}"]) for k in range(folds)
-              ] or [("", [])]
+  folds_ = [(f"f{k}", [f"--validation_fold={k}"]) for k in range(folds)]
+  fold_part = folds_ or [("", [])]
   return [("-".join(filter(None, (s, f))), s_flags + f_flags)
           for s, s_flags in seed_part
           for f, f_flags in fold_part]

@@ -67,8 +67,8 @@ def test_repetitions_are_seeds_then_folds():
                                             ("s1", ["--seed=1"])]
   assert recipe_sweep.repetitions(0, 2) == [("f0", ["--validation_fold=0"]),
                                             ("f1", ["--validation_fold=1"])]
-  assert [r for r, _ in recipe_sweep.repetitions(2, 2)
-         ] == ["s0-f0", "s0-f1", "s1-f0", "s1-f1"]
+  names = [r for r, _ in recipe_sweep.repetitions(2, 2)]
+  assert names == ["s0-f0", "s0-f1", "s1-f0", "s1-f1"]
 
 
 def _record(work_dir, name, accuracy):
