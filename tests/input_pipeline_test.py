@@ -208,7 +208,20 @@ def test_small_training_groups_spread_every_bucket_over_the_epoch(
   assert spe == 25 + 74
   assert buckets_lib.group_size(50, buckets) == buckets_lib.GROUP_BATCHES == 5
   assert buckets_lib.group_size(50, (8,)) == 50
-  assert buckets_lib.group_size(3, buckets) == 3
+  # Not --steps_per_loop, which a resume may change: the group fixes the
+  # order. A run's recorded group wins; runs from before the record resume
+  # with the rule they ran with.
+  assert buckets_lib.group_size(3, buckets) == 5
+  assert buckets_lib.group_size(3, buckets, saved=2) == 2
+  assert buckets_lib.group_size(3, (8,), saved=2) == 3
+  assert buckets_lib.saved_group_size(None) is None
+  assert buckets_lib.saved_group_size(dict(train_group_batches=5)) == 5
+  assert buckets_lib.saved_group_size(
+      dict(buckets=[5, 8], config=dict(steps_per_loop=2))) == 2
+  assert buckets_lib.saved_group_size(
+      dict(buckets=[5, 8], config=dict(steps_per_loop=50))) == 5
+  assert buckets_lib.saved_group_size(
+      dict(buckets=[8], config=dict(steps_per_loop=2))) is None
   spread = _bucket_positions(split, packer, buckets, 5, spe, 5)
   whole = _bucket_positions(split, packer, buckets, 50, spe, 5)
   assert len(spread) == len(whole) == 25

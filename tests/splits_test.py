@@ -4,6 +4,7 @@ splits read whole."""
 
 import csv
 import os
+import re
 import zipfile
 
 import pytest
@@ -31,6 +32,13 @@ def _write_csv(path, rows):
     w.writerows(rows)
 
 
+def _count(split, **kwargs):
+  """`count` without the content digest (tested on its own below)."""
+  counts = splits_lib.count(split, **kwargs)
+  assert re.fullmatch("[0-9a-f]{16}", counts.pop("digest"))
+  return counts
+
+
 def _split(path, label_map=None):
   return splits_lib.Split(
       "train", sources.FileSource(str(path), label_map or {
@@ -56,7 +64,7 @@ def test_sentiment140_zip_gives_train_and_test(tmp_path):
   c = config_lib.Config(train_file=str(path), validation_fraction=0.1)
   splits = make_splits(c)
   assert sorted(splits) == ["test", "train", "validation"]
-  counts = {k: splits_lib.count(v) for k, v in splits.items()}
+  counts = {k: _count(v) for k, v in splits.items()}
   assert counts["test"] == dict(
       rows_read=7, rows_used=5, rejected=dict(label_not_in_map=2))
   used = counts["train"]["rows_used"] + counts["validation"]["rows_used"]
@@ -110,7 +118,7 @@ def test_a_tfds_split_by_name_is_read_whole():
   with _mock({"train": rows, "test": rows}):
     c = config_lib.Config(tfds_name="imdb_reviews")
     train = tfds_split(c, "train")
-    counts = splits_lib.count(train, num_classes=2)
+    counts = _count(train, num_classes=2)
   assert train.describe() == "TFDS imdb_reviews split train"
   assert counts == dict(
       rows_read=61,
@@ -126,7 +134,7 @@ def test_csv_rows_are_counted_by_reason(tmp_path):
   _write_csv(tmp_path / "d.csv", [("good", 1), ("fine", 0), ("neutral", 2),
                                   ("   ", 1), ("bad label", "x"),
                                   ("ok again", 1)])
-  counts = splits_lib.count(_split(tmp_path / "d.csv"))
+  counts = _count(_split(tmp_path / "d.csv"))
   assert counts == dict(
       rows_read=6,
       rows_used=3,
@@ -210,7 +218,7 @@ def test_an_empty_second_text_is_rejected_with_its_own_reason(tmp_path):
   c = config_lib.Config(
       train_file=path, eval_file=path, text_column="q, s", quoting="none")
   split = make_splits(c)["validation"]
-  counts = splits_lib.count(split, num_classes=2)
+  counts = _count(split, num_classes=2)
   assert counts == dict(
       rows_read=20,
       rows_used=17,
@@ -292,7 +300,7 @@ def test_glue_files_are_read_as_distributed(task, name, flags, rows, classes):
   c = config_lib.Config(
       train_file=path, eval_file=path, quoting="none", **flags)
   split = make_splits(c)["validation"]
-  counts = splits_lib.count(split, num_classes=c.num_classes)
+  counts = _count(split, num_classes=c.num_classes)
   want = dict(rows_read=rows, rows_used=rows, rejected={})
   if classes:
     want["classes"] = classes
@@ -357,3 +365,47 @@ def test_a_fold_outside_the_fraction_is_refused(fraction, fold, message):
 
 def test_the_last_fold_of_an_exact_partition_is_accepted():
   checks.validate(config_lib.Config(validation_fraction=0.1, validation_fold=9))
+
+
+def test_the_digest_follows_content_not_the_file(tmp_path):
+  """The digest of a split changes with any row's text or label, and with
+  a row added; not with a copy of the file elsewhere (new time stamp) or
+  with the chunking of the read."""
+  rows = [(f"row {i}", i % 2) for i in range(50)]
+  _write_csv(tmp_path / "a.csv", rows)
+
+  def digest(name):
+    return splits_lib.count(_split(tmp_path / name))["digest"]
+
+  base = digest("a.csv")
+  os.makedirs(tmp_path / "copy")
+  _write_csv(tmp_path / "copy" / "a.csv", rows)
+  assert digest("copy/a.csv") == base
+  _write_csv(tmp_path / "b.csv", rows[:7] + [("row 7!", 1)] + rows[8:])
+  _write_csv(tmp_path / "c.csv", rows[:7] + [("row 7", 0)] + rows[8:])
+  _write_csv(tmp_path / "d.csv", rows + [("one more", 1)])
+  assert len({base, digest("b.csv"), digest("c.csv"), digest("d.csv")}) == 4
+
+
+def test_a_resume_on_other_data_is_refused_in_one_line():
+  counts = dict(
+      train=dict(rows_read=1500, rows_used=1400, digest="a" * 16, rejected={}),
+      validation=dict(rows_read=150, rows_used=140, digest="b" * 16),
+      test=dict(rows_read=9, rows_used=9, digest="c" * 16))
+  saved = splits_lib.fingerprint(counts)
+  assert sorted(saved) == ["train", "validation"]  # a test file may change
+  splits_lib.check_same_data(saved, counts, "/runs/a")
+  splits_lib.check_same_data(None, counts, "/runs/a")  # a run from before
+  grown = dict(counts, train=dict(counts["train"], rows_read=3000))
+  edited = dict(counts, validation=dict(counts["validation"], digest="d" * 16))
+  with pytest.raises(errors.ConfigError) as e:
+    splits_lib.check_same_data(saved, grown, "/runs/a")
+  assert str(e.value) == (
+      "--model_dir=/runs/a holds the checkpoints of a run trained on other "
+      "data (train rows_read 1500 -> 3000): resuming would change its "
+      "splits, order and validation set. Restore the data the run began "
+      "with, or use a new --model_dir; nothing was changed")
+  with pytest.raises(
+      errors.ConfigError, match=r"\(validation digest b{16} "
+      r"-> d{16}\)"):
+    splits_lib.check_same_data(saved, edited, "/runs/a")

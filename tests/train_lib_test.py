@@ -465,3 +465,93 @@ def test_vertex_ai_variables_choose_the_output_locations(
       "config.json", "data_stats.json", "length_stats.json", "summary.json",
       "train.log"
   ]
+
+
+class _StopAfter(actions.StopSignals):
+  """A SIGTERM that arrives during the loop ending at or after `step`."""
+
+  def __init__(self, step):
+    super().__init__()
+    self.step = step
+
+  def check(self, state, step):
+    if step >= self.step:
+      self.received = "SIGTERM"
+    super().check(state, step)
+
+
+def _train_until(c, stop_after=None):
+  """Trains Config `c` in process (no final eval, no export) until its end
+  or a stop after `stop_after`; returns the final checkpoint's tensors."""
+  signals = _StopAfter(stop_after or 1 << 30)
+  job = train_lib.setup(c, signals=signals)
+  try:
+    train_lib.train(job)
+    job.state.save_unless_saved()
+  except errors.Preempted:
+    pass
+  finally:
+    job.close()
+  reader = tf.train.load_checkpoint(job.run.out.checkpoints)
+  return {
+      name: reader.get_tensor(name)
+      for name in reader.get_variable_to_shape_map()
+      if name.startswith(("model/", "encoder_variables/", "optimizer/"))
+  }, json.load(open(job.run.out.config_json))
+
+
+@pytest.mark.slow
+def test_a_bucketed_resume_with_other_steps_per_loop_is_bit_identical(
+    tmp_path, demo_paths):
+  """Two buckets (8, 32); stopped after step 9 of loops of 2 (checkpoints
+  every 7), resumed with loops of 10: every tensor equals the uninterrupted
+  run's. Before the group was fixed, a bucketed epoch's order followed
+  --steps_per_loop and the resume trained other rows."""
+  common = dict(
+      train_steps=14, checkpoint_every=7, eval_every=0, deterministic=True)
+  whole, record = _train_until(
+      _config(tmp_path / "whole", demo_paths, steps_per_loop=2, **common))
+  assert record["buckets"] == [8, 32] and record["train_group_batches"] == 5
+  split = _config(tmp_path / "split", demo_paths, steps_per_loop=2, **common)
+  _train_until(split, stop_after=9)
+  saved = tf.train.get_checkpoint_state(split.model_dir + "/checkpoints")
+  assert saved.model_checkpoint_path.endswith("ckpt-9")
+  resumed, _ = _train_until(dataclasses.replace(split, steps_per_loop=10))
+  assert len(whole) > 100 and sorted(whole) == sorted(resumed)
+  different = [k for k in whole if not np.array_equal(whole[k], resumed[k])]
+  assert not different
+
+
+def test_a_resume_on_a_grown_training_file_is_refused(tmp_path, demo_paths):
+  """The file grows from 300 to 600 rows between start and resume: one
+  line naming the change, before any step, and the run's folder as it
+  was."""
+  path = tmp_path / "d.csv"
+  rows = [
+      f"review {i} {'good' if i % 2 else 'bad'},{i % 2}\n" for i in range(600)
+  ]
+  path.write_text("text,label\n" + "".join(rows[:300]))
+  c = _config(
+      tmp_path,
+      demo_paths,
+      train_file=str(path),
+      train_steps=2,
+      steps_per_loop=2,
+      checkpoint_every=2,
+      eval_every=0,
+      seq_buckets="none",
+      validation_fraction=0.2)
+  _train_until(c)
+  before = open(os.path.join(c.model_dir, "config.json")).read()
+  saved = sorted(os.listdir(os.path.join(c.model_dir, "checkpoints")))
+  path.write_text("text,label\n" + "".join(rows))
+  with pytest.raises(errors.ConfigError) as e:
+    train_lib.setup(dataclasses.replace(c, train_steps=4))
+  assert re.fullmatch(
+      rf"--model_dir={re.escape(c.model_dir)} holds the checkpoints of a run "
+      r"trained on other data \(train rows_read 2\d\d -> [45]\d\d; "
+      r"validation rows_read \d\d -> 1\d\d\): resuming would change its "
+      r"splits, order and validation set. Restore the data the run began "
+      r"with, or use a new --model_dir; nothing was changed", str(e.value))
+  assert open(os.path.join(c.model_dir, "config.json")).read() == before
+  assert sorted(os.listdir(os.path.join(c.model_dir, "checkpoints"))) == saved

@@ -29,15 +29,18 @@ MAX_AUTO_BUCKETS = 4
 # fewer than one batch would never train its examples.
 MIN_BATCHES = 4
 # With several buckets a training group (the batches of one bucket that one
-# train-loop call runs) holds at most this many batches. A group fills when
-# its bucket has seen that many batches of rows, so small groups spread every
-# bucket over the epoch; groups of --steps_per_loop (50 in the GLUE CPU
-# flagfiles) put a bucket with fewer rows than one group's only at the
-# epoch's end, an epoch ordered by length that cost STS-B 2.2 points of
-# correlation (BUILD_NOTES.md, "Length buckets"). 5 is the group the race
-# measured the bucketed rates with; the cost is a call every 5 steps
-# instead of every --steps_per_loop (`Trainer.train` dispatches a loop's
-# calls before it reads any result back, so none waits for the device).
+# train-loop call runs) holds this many batches. A group fills when its
+# bucket has seen that many batches of rows, so the group size fixes which
+# batches an epoch makes and in which order: it is a constant, not
+# --steps_per_loop, which a resume may change (groups of --steps_per_loop
+# made a resume with another value train some rows twice and others never),
+# and it is recorded in config.json (`train_group_batches`). Small groups
+# spread every bucket over the epoch; groups of 50 put a bucket with fewer
+# rows than one group's only at the epoch's end, an epoch ordered by length
+# that cost STS-B 2.2 points of correlation (BUILD_NOTES.md, "Length
+# buckets"). 5 is the group the race measured the bucketed rates with; a
+# loop crosses groups as it needs (`Trainer.train` dispatches a loop's calls
+# before it reads any result back, so none waits for the device).
 GROUP_BATCHES = 5
 
 
@@ -69,12 +72,27 @@ def parse(spec, seq_length):
   return tuple(lengths) + (() if lengths[-1] == seq_length else (seq_length,))
 
 
-def group_size(steps_per_loop, buckets):
-  """Batches per training group: `steps_per_loop` with one bucket (a loop
-  is one call, as before buckets), else at most GROUP_BATCHES."""
+def group_size(steps_per_loop, buckets, saved=None):
+  """Batches per training group. One bucket: `steps_per_loop` (a loop is
+  one call, and the batches' order does not depend on the group). Several:
+  the run's recorded group (`saved`, config.json's `train_group_batches`)
+  or GROUP_BATCHES."""
   if len(buckets) == 1:
     return steps_per_loop
-  return min(steps_per_loop, GROUP_BATCHES)
+  return saved or GROUP_BATCHES
+
+
+def saved_group_size(record):
+  """The training group of a run from its config.json `record`: its
+  `train_group_batches`, or for a bucketed run written before that key,
+  the rule it ran with (min(--steps_per_loop, 5)); None when unknown."""
+  if not record:
+    return None
+  if "train_group_batches" in record:
+    return record["train_group_batches"]
+  if len(record.get("buckets", ())) > 1:
+    return min(record.get("config", {}).get("steps_per_loop", 5), 5)
+  return None
 
 
 def padded_tokens(histogram, buckets):

@@ -263,10 +263,26 @@ def tfds_split(task, data, split):
   return Split(split, _tfds_source(task, data, split, label_map))
 
 
+def _row_digests(chunk):
+  """int64 [rows]: a fingerprint of each row as a run sees it (its index,
+  texts, label and fate); their sum (order-free, wrapping) is the split's
+  content digest."""
+  label = tf.strings.as_string(chunk["label"])
+  fields = tf.strings.reduce_join(chunk["text"], axis=1, separator="\x1f")
+  keys = tf.strings.join([
+      tf.strings.as_string(chunk["index"]), fields, label,
+      tf.strings.as_string(chunk["reason"])
+  ],
+                         separator="\x1e")
+  return tf.bitcast(tf.fingerprint(keys), tf.int64)
+
+
 def count(split, limit=None, num_classes=0):
   """One pass over a split (or its first `limit` rows): rows read, used and
-  rejected per reason, and (with `num_classes`) the usable rows per class
-  id, as {"0": n, ...}. Counted a chunk at a time (a bincount per chunk)."""
+  rejected per reason, (with `num_classes`) the usable rows per class id,
+  as {"0": n, ...}, and `digest`, a hash of every row's content (what a
+  resume checks the data against). Counted a chunk at a time (a bincount
+  and a fingerprint per chunk)."""
   n, k = len(sources.REASONS), max(num_classes, 1)
   chunks = split.chunks()
   if limit:
@@ -275,26 +291,63 @@ def count(split, limit=None, num_classes=0):
   def per_chunk(chunk):
     reasons = tf.math.bincount(
         chunk["reason"], minlength=n, maxlength=n, dtype=tf.int64)
+    digest = tf.reduce_sum(_row_digests(chunk))
     if chunk["label"].dtype.is_floating or num_classes < 2:
-      return reasons, tf.zeros([k], tf.int64)
+      return reasons, tf.zeros([k], tf.int64), digest
     usable = tf.boolean_mask(chunk["label"], tf.equal(chunk["reason"], 0))
     classes = tf.math.bincount(
         tf.cast(usable, tf.int32), minlength=k, maxlength=k, dtype=tf.int64)
-    return reasons, classes
+    return reasons, classes, digest
 
-  zeros = (tf.zeros([n], tf.int64), tf.zeros([k], tf.int64))
-  totals, classes = chunks.map(
+  zeros = (tf.zeros([n],
+                    tf.int64), tf.zeros([k],
+                                        tf.int64), tf.constant(0, tf.int64))
+  totals, classes, digest = chunks.map(
       per_chunk, num_parallel_calls=tf.data.AUTOTUNE).reduce(
-          zeros, lambda a, b: (a[0] + b[0], a[1] + b[1]))
+          zeros, lambda a, b: tuple(x + y for x, y in zip(a, b)))
   totals, classes = totals.numpy(), classes.numpy()
   rejected = {
       sources.REASONS[i]: int(totals[i]) for i in range(1, n) if totals[i]
   }
   counts = dict(
-      rows_read=int(totals.sum()), rows_used=int(totals[0]), rejected=rejected)
+      rows_read=int(totals.sum()),
+      rows_used=int(totals[0]),
+      rejected=rejected,
+      digest=f"{int(digest.numpy()) & (1 << 64) - 1:016x}")
   if num_classes > 1:
     counts["classes"] = {str(i): int(c) for i, c in enumerate(classes) if c}
   return counts
+
+
+def fingerprint(counts):
+  """What a run's training and validation data were ({split: rows read,
+  used, digest}), saved in config.json and checked on resume."""
+  return {
+      name: {
+          k: counts[name].get(k) for k in ("rows_read", "rows_used", "digest")
+      } for name in ("train", "validation") if name in counts
+  }
+
+
+def check_same_data(saved, counts, model_dir):
+  """Raises ConfigError when the data differ from `saved` (a run's
+  `fingerprint`); a run from before fingerprints (None) passes."""
+  if not saved:
+    return
+  now = fingerprint(counts)
+  changes = []
+  for name in sorted(set(saved) | set(now)):
+    old, new = saved.get(name, {}), now.get(name, {})
+    for key in ("rows_read", "rows_used", "digest"):
+      if old.get(key) != new.get(key):
+        changes.append(f"{name} {key} {old.get(key)} -> {new.get(key)}")
+        break
+  if changes:
+    raise errors.ConfigError(
+        f"--model_dir={model_dir} holds the checkpoints of a run trained on "
+        f"other data ({'; '.join(changes)}): resuming would change its "
+        "splits, order and validation set. Restore the data the run began "
+        "with, or use a new --model_dir; nothing was changed")
 
 
 # Rejections that mean "this input is broken"; labels outside the map (e.g.
@@ -346,7 +399,7 @@ def count_splits(splits, max_bad_fraction, cache_path, num_classes=0):
   # counted again.
   key = repr((sorted(
       (name, repr(s), s.source.stamp()) for name, s in splits.items()),
-              num_classes))
+              num_classes, "digest"))
   cached = run_dir.read_json(cache_path)
   if cached and cached.get("key") == key:
     return cached["counts"]

@@ -255,13 +255,17 @@ def _state(c, strategy, encoder, plan, out, route):
       io_device=distribute.io_device(strategy))
 
 
-def _write_config(run, plan, strategy, route, layer_rates, buckets):
+def _write_config(run, plan, strategy, route, layer_rates, data):
+  splits, counts, buckets, group = data
+  del splits
   run_dir.write_json(
       run.out.config_json,
       dict(
           config=dataclasses.asdict(run.config),
           task=run.task.to_json(),
+          data=splits_lib.fingerprint(counts),
           buckets=list(buckets),
+          train_group_batches=group,
           plan=plan.durations(),
           replicas=strategy.num_replicas_in_sync,
           jit_compile=route.jit_compile,
@@ -279,20 +283,23 @@ def _log_layer_rates(table):
             f"  {name:<12} {factor:.4g}" for name, factor in table.items()))
 
 
-def _check_resume(c, shared, out):
-  """Before anything is written: a model_dir holding a run's checkpoints
-  is resumed only with flags that continue that run (`check_resume`)."""
-  saved = run_dir.read_json(out.config_json)
-  if saved and checkpoints.exist(shared.checkpoints):
-    for change in run_dir.check_resume(saved.get("config", {}), c):
-      logging.info("Resuming with %s", change)
+def _resumed(c, shared):
+  """Before anything is written: the record (config.json) of the run whose
+  checkpoints model_dir holds, None for a fresh run. It is resumed only
+  with flags that continue it (`check_resume`)."""
+  saved = run_dir.read_json(shared.config_json)
+  if not (saved and checkpoints.exist(shared.checkpoints)):
+    return None
+  for change in run_dir.check_resume(saved.get("config", {}), c):
+    logging.info("Resuming with %s", change)
+  return saved
 
 
 def _trainer(c, strategy, state, route, data, plan, run):
   """The trainer object: the compiled train loop over the run's data (with
   NaNs injected where a drill asks, and the profiler around its window);
   `data` is (splits, packer, buckets)."""
-  splits, packer, buckets = data
+  splits, packer, buckets, group = data
 
   def dataset(position):
     ds = input_pipeline.train_groups(
@@ -300,7 +307,7 @@ def _trainer(c, strategy, state, route, data, plan, run):
         packer,
         buckets,
         c.batch_size,
-        buckets_lib.group_size(c.steps_per_loop, buckets),
+        group,
         plan.steps_per_epoch,
         start_step=position,
         seed=c.seed,
@@ -332,7 +339,7 @@ def _trainer(c, strategy, state, route, data, plan, run):
 
 
 def _evaluator(c, strategy, state, task, data):
-  splits, packer, buckets = data
+  splits, packer, buckets, _ = data
   eval_batch = c.eval_batch_size or c.batch_size
 
   def dataset(split):
@@ -380,13 +387,17 @@ def _actions(c, task, run, plan, state, evaluator, signals):
 def _build(run, strategy, signals):
   """The rest of `setup`, once the run's folder is this process's."""
   c, task = run.config, run.task
-  if run.chief:
-    _check_resume(c, run.shared, run.out)
+  saved = _resumed(c, run.shared)
   preprocessor, encoder, route = load_model(c, task, strategy)
   splits, counts = _data(c, task, run.out)
+  splits_lib.check_same_data((saved or {}).get("data"), counts, c.model_dir)
   packer = preprocessing.make_packer(preprocessor, c.seq_length)
   buckets, in_buckets = _buckets(c, splits["train"], packer,
                                  counts["train"]["rows_used"], run.out)
+  # The order of a bucketed epoch depends on the group: a resume keeps the
+  # run's (`buckets.GROUP_BATCHES`), whatever --steps_per_loop is now.
+  group = buckets_lib.group_size(c.steps_per_loop, buckets,
+                                 buckets_lib.saved_group_size(saved))
   plan = _plan(c, counts["train"]["rows_used"],
                buckets_lib.steps_per_epoch(in_buckets, c.batch_size))
   logging.info(
@@ -396,8 +407,9 @@ def _build(run, strategy, signals):
   state = _state(c, strategy, encoder, plan, run.out, route)
   state.resume(run.shared.checkpoints, run.chief)
   _log_layer_rates(state.layer_rates)
-  _write_config(run, plan, strategy, route, state.layer_rates, buckets)
-  data = (splits, packer, buckets)
+  data = (splits, packer, buckets, group)
+  _write_config(run, plan, strategy, route, state.layer_rates,
+                (splits, counts, buckets, group))
   evaluator = _evaluator(c, strategy, state, task, data)
   train_actions, evaluations, best, stop, writers = _actions(
       c, task, run, plan, state, evaluator, signals)
