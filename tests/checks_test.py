@@ -3,6 +3,7 @@ the value and what is valid; batches against replicas."""
 
 import math
 
+import numpy as np
 import pytest
 
 from trainer.base import checks
@@ -53,31 +54,46 @@ def test_batch_not_divisible_by_replicas():
   checks.check_replicas(config_lib.Config(batch_size=34), 2)
 
 
-@pytest.mark.parametrize("field,value,message", [
-    ("learning_rate", math.inf, "must be > 0"),
-    ("learning_rate", math.nan, "must be > 0"),
-    ("weight_decay", math.nan, "must be >= 0"),
-    ("warmup_fraction", math.nan, "must be in [0, 1]"),
-    ("clip_norm", -1.0, "must be >= 0 (0 disables clipping)"),
-    ("epochs", math.inf, "must be > 0 when --train_steps=0"),
-    ("strategy", "ps", "choose one of auto, one_device, mirrored, "
-     "multi_worker_mirrored"),
-    ("early_stopping_metric", "eval/f2",
-     "choose one of eval/loss, eval/accuracy, eval/f1, eval/mcc, "
-     "eval/pearson, eval/spearman, eval/mismatched_accuracy"),
-    ("early_stopping_metric", "eval/f1",
-     "evals report eval/loss, eval/accuracy (--eval_metrics)"),
-    ("eval_metrics", "pearson", "pearson is not a classification metric; "
-     "choose from accuracy, f1, mcc"),
-    ("num_classes", 0, "must be at least 1 (1 = regression)"),
-    ("header", "maybe", "choose one of auto, yes, no"),
-    ("text_column", "a,b,c", "give one field, or two for a sentence pair"),
-    ("quoting", "double", "choose one of csv, none"),
-    ("model_dir", "", "give a folder (local or gs://)"),
-    ("layer_decay", 0.0, "must be in (0, 1]"),
-    ("layer_decay", 1.5, "must be in (0, 1]"),
-    ("grad_accumulation_steps", 0, "must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("learning_rate", math.inf, "must be > 0"),
+        ("learning_rate", math.nan, "must be > 0"),
+        ("weight_decay", math.nan, "must be >= 0"),
+        ("warmup_fraction", math.nan, "must be in [0, 1]"),
+        ("clip_norm", -1.0, "must be >= 0 (0 disables clipping)"),
+        ("epochs", math.inf, "must be > 0 when --train_steps=0"),
+        ("strategy", "ps", "choose one of auto, one_device, mirrored, "
+         "multi_worker_mirrored"),
+        ("early_stopping_metric", "eval/f2",
+         "choose one of eval/loss, eval/accuracy, eval/f1, eval/mcc, "
+         "eval/pearson, eval/spearman, eval/mismatched_accuracy"),
+        ("early_stopping_metric", "eval/f1",
+         "evals report eval/loss, eval/accuracy (--eval_metrics)"),
+        ("eval_metrics", "pearson", "pearson is not a classification metric; "
+         "choose from accuracy, f1, mcc"),
+        ("num_classes", 0, "must be at least 1 (1 = regression)"),
+        ("header", "maybe", "choose one of auto, yes, no"),
+        ("text_column", "a,b,c", "give one field, or two for a sentence pair"),
+        ("quoting", "double", "choose one of csv, none"),
+        ("model_dir", "", "give a folder (local or gs://)"),
+        ("layer_decay", 0.0, "must be in (0, 1]"),
+        ("layer_decay", 1.5, "must be in (0, 1]"),
+        ("grad_accumulation_steps", 0, "must be >= 1"),
+        ("label_names", "pos,pos", "each class needs a name of its own "
+         "(predictions and exports key the classes by name)"),
+        ("label_names", "neg,", "each class needs a name of its own "
+         "(predictions and exports key the classes by name)"),
+        # The Python API takes any object: the kind is checked first.
+        ("batch_size", "32", "must be a whole number, not str"),
+        ("train_steps", 4.7, "must be a whole number, not float"),
+        ("batch_size", True, "must be a whole number, not bool"),
+        ("seq_buckets", [16, 32], "must be a string, not list"),
+        ("learning_rate", "1e-3", "must be a number, not str"),
+        ("deterministic", 1, "must be True or False, not int"),
+        ("jit_compile", "yes", "must be True or False or None, not str"),
+        ("validation_fold", 1.0, "must be a whole number, not float"),
+    ])
 def test_validation_table(field, value, message):
   c = config_lib.Config(**{field: value})
   with pytest.raises(errors.ConfigError) as info:
@@ -94,3 +110,9 @@ def test_micro_batches_must_split_the_batch_evenly():
       "the 2 replicas x 3 micro-batches; use a multiple of 6")
   checks.check_replicas(
       config_lib.Config(batch_size=32, grad_accumulation_steps=4), 2)
+
+
+def test_numbers_of_other_kinds_pass():
+  """numpy scalars and an int where a float belongs are fine."""
+  checks.validate(
+      config_lib.Config(batch_size=np.int64(32), epochs=2, learning_rate=1))

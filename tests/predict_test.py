@@ -93,3 +93,31 @@ def test_predictions_batch_by_length_and_keep_the_input_order(demo_run):
     np.testing.assert_allclose(row["probabilities"], alone, atol=1e-5)
   with pytest.raises(predict.PredictError, match="takes one text"):
     list(predict.predictions(serve, iter([("a", "b")]), batch_size=4))
+
+
+def test_the_python_api_refuses_what_is_not_a_list_of_texts(demo_run):
+  """One string where a list belongs would be read as its characters; a
+  non-string text fails deep in TensorFlow; both are one line. An empty
+  list gives no rows."""
+  export_dir = demo_run["export_dir"]
+  with pytest.raises(errors.UserError) as e:
+    predict.predict(export_dir, "what a day")
+  assert str(e.value) == ("texts must be a list of texts, not one string: "
+                          "give ['what a day']")
+  with pytest.raises(errors.UserError) as e:
+    list(predict.predict(export_dir, ["fine", 7]))
+  assert str(e.value) == "texts[1] is int (7), not a string"
+  with pytest.raises(errors.UserError) as e:
+    predict.predict(export_dir, ["a"], "b")
+  assert str(e.value).startswith("text_pairs must be a list of texts")
+  assert list(predict.predict(export_dir, [])) == []
+  with pytest.raises(errors.UserError, match="give --text"):
+    predict.predict(export_dir)
+
+
+def test_user_error_is_where_the_readme_says():
+  import trainer  # pylint: disable=g-import-not-at-top
+  assert trainer.UserError is errors.UserError
+  assert trainer.errors.UserError is errors.UserError
+  assert issubclass(trainer.Preempted, trainer.UserError)
+  assert issubclass(errors.ConfigError, trainer.UserError)

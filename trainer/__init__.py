@@ -18,7 +18,13 @@ values as its flags; `export_huggingface(model_dir, output_dir)` is
 
 import sys
 
+from trainer.base import errors
 from trainer.base import logs as _logs
+
+# What every command and API call raises (one line each; README "Python
+# API"): `except trainer.UserError`. `errors` imports nothing.
+UserError = errors.UserError
+Preempted = errors.Preempted
 
 # `python -m trainer.X`: while Python imports this package to find X, its
 # argv[0] is "-m" (documented). Only then, before anything imports
@@ -54,5 +60,6 @@ def __getattr__(name):
 
 
 __all__ = [
-    "Config", "fit", "export", "export_huggingface", "predict", "evaluate"
+    "Config", "fit", "export", "export_huggingface", "predict", "evaluate",
+    "UserError", "Preempted", "errors"
 ]

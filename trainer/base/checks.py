@@ -7,8 +7,10 @@ in `trainer.model`. No TensorFlow at import time.
 
 import codecs
 import math
+import numbers
 import os
 import re
+import typing
 
 from trainer.base import buckets
 from trainer.base import config as config_lib
@@ -51,10 +53,37 @@ def _isdir(path):
   return tf.io.gfile.isdir(path)
 
 
+_KINDS = {
+    int: ("a whole number", lambda v: isinstance(v, numbers.Integral)),
+    float: ("a number", lambda v: isinstance(v, numbers.Real)),
+    str: ("a string", lambda v: isinstance(v, str)),
+    bool: ("True or False", lambda v: False),  # bools pass above
+    type(None): ("None", lambda v: v is None),
+}
+
+
+def _type_error(kind, value):
+  """What is wrong with `value` for a field annotated `kind` (int, float,
+  str, bool or a union of them), or None. A Python API caller can pass any
+  object; the command line's absl flags always give the annotated kind."""
+  kinds = typing.get_args(kind) or (kind,)
+  if isinstance(value, bool):
+    ok = bool in kinds
+  else:
+    ok = any(_KINDS[k][1](value) for k in kinds)
+  if ok:
+    return None
+  wanted = " or ".join(_KINDS[k][0] for k in kinds)
+  return f"must be {wanted}, not {type(value).__name__}"
+
+
 def _check_fields(c):
-  """Each field's own choices and rule (the metadata above)."""
+  """Each field's kind, own choices and rule (the metadata above)."""
   for name, f in FIELDS.items():
     value = getattr(c, name)
+    wrong = _type_error(f.type, value)
+    if wrong:
+      _fail(name, value, wrong)
     choices = f.metadata["choices"]
     if choices and value not in choices:
       _fail(name, value, f"choose one of {', '.join(choices)}")
@@ -111,9 +140,14 @@ def _check_labels(c):
     except LookupError:
       _fail("encoding", c.encoding, "not a codec Python knows (e.g. utf-8, "
             "iso-8859-1)")
-  if len(tasks.class_names(c.label_names, c.num_classes)) != c.num_classes:
+  names = tasks.class_names(c.label_names, c.num_classes)
+  if len(names) != c.num_classes:
     _fail("label_names", c.label_names, f"give {c.num_classes} comma-"
           "separated names, one per class")
+  if len(set(names)) != len(names) or not all(names):
+    _fail(
+        "label_names", c.label_names, "each class needs a name of its own "
+        "(predictions and exports key the classes by name)")
   try:
     label_map = tasks.label_map(c.label_map, c.num_classes)
   except ValueError as e:

@@ -26,8 +26,8 @@ def main(flag_values):
     run_dir.check_output_file("output_file", f.output_file)
   rows = predict.predict(
       f.export_dir,
-      f.text,
-      f.text_pair,
+      f.text or None,
+      f.text_pair or (),
       input_file=f.input_file,
       text_column=f.text_column,
       quoting=f.quoting,

@@ -177,8 +177,22 @@ def write(predictions, output_file):
       out.close()
 
 
+def _texts(name, values):
+  """`values` as a list of strings; a PredictError for one string where a
+  list belongs (it would be read as its characters) or a non-string."""
+  if isinstance(values, (str, bytes)):
+    raise PredictError(f"{name} must be a list of texts, not one string: give "
+                       f"[{values[:40]!r}]")
+  values = list(values)
+  for i, v in enumerate(values):
+    if not isinstance(v, str):
+      raise PredictError(
+          f"{name}[{i}] is {type(v).__name__} ({v!r:.40}), not a string")
+  return values
+
+
 def predict(export_dir,
-            texts=(),
+            texts=None,
             text_pairs=(),
             *,
             input_file="",
@@ -195,11 +209,13 @@ def predict(export_dir,
   per text, for a pair model), or every row of `input_file` (one text per
   line, or a CSV/TSV's `text_column`: two comma-separated for pairs), or of
   the TFDS split `split` of `tfds_name` (its `text_key` fields, '' = the
-  task's). Exactly one of the three."""
-  texts, text_pairs = list(texts), list(text_pairs)
-  if (bool(texts) + bool(input_file) + bool(tfds_name)) != 1:
+  task's). Exactly one of the three; an empty list of texts yields no
+  rows."""
+  if ((texts is not None) + bool(input_file) + bool(tfds_name)) != 1:
     raise PredictError("give --text (one or more), --input_file or "
                        "--tfds_name")
+  texts = _texts("texts", texts) if texts is not None else []
+  text_pairs = _texts("text_pairs", text_pairs)
   if batch_size < 1:
     raise PredictError(f"--batch_size={batch_size} is invalid: must be >= 1")
   if text_pairs and len(text_pairs) != len(texts):
