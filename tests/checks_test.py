@@ -116,3 +116,23 @@ def test_numbers_of_other_kinds_pass():
   """numpy scalars and an int where a float belongs are fine."""
   checks.validate(
       config_lib.Config(batch_size=np.int64(32), epochs=2, learning_rate=1))
+
+
+def test_remote_paths_are_checked_and_named():
+  """ram:// is TensorFlow's in-memory filesystem: a remote path that
+  answers; gs:// here has no network, and the line names the flag."""
+  with pytest.raises(errors.ConfigError) as e:
+    checks.validate(config_lib.Config(train_file="ram://nope/x.csv"))
+  assert str(e.value) == ("--train_file='ram://nope/x.csv' is invalid: no "
+                          "such file")
+  with pytest.raises(errors.ConfigError) as e:
+    checks.validate(
+        config_lib.Config(
+            encoder_handle="ram://nope/enc", preprocessor_handle="demo"))
+  assert str(e.value) == ("--encoder_handle='ram://nope/enc' is invalid: no "
+                          "such folder; give a TF Hub SavedModel folder")
+  with pytest.raises(errors.ResourceError) as e:
+    checks.validate(config_lib.Config(train_file="gs://no-bucket-xyz/x.csv"))
+  assert str(e.value).startswith(
+      "--train_file=gs://no-bucket-xyz/x.csv: cannot reach it (")
+  assert str(e.value).endswith("); check the path, the network and credentials")

@@ -14,6 +14,7 @@ import tensorflow as tf
 from conftest import run_outside_project
 from preprocessing_test import PAIRS
 from splits_test import _pair_file
+from trainer.base import run_dir
 from trainer.base import tasks
 from trainer.data import input_pipeline
 from trainer.data import preprocessing
@@ -219,6 +220,15 @@ def test_a_copied_run_folder_works_from_where_it_now_is(demo_run, tmp_path,
   before = _tree_digest(demo_run["model_dir"])
   caplog.set_level(logging.WARNING)
 
+  # While a run holds the folder (a trainer: its lock), an export into
+  # it waits its turn; one elsewhere only reads the run and goes ahead.
+  with run_dir.Lock(str(copy), "trainer.main"):
+    busy = command("export", f"--model_dir={copy}")
+    assert busy.returncode == 2 and "is in use by trainer.main" in busy.stderr
+    outside = command("export", f"--model_dir={copy}",
+                      f"--export_base_dir={tmp_path}/elsewhere")
+    assert outside.returncode == 0, outside.stderr
+    assert outside.stdout.strip() == f"{tmp_path}/elsewhere/20"
   exported = command("export", f"--model_dir={copy}",
                      f"--checkpoint={copy}/checkpoints/ckpt-10")
   assert exported.returncode == 0, exported.stderr

@@ -4,6 +4,7 @@ change."""
 import json
 import os
 import socket
+import subprocess
 import time
 
 import pytest
@@ -137,3 +138,25 @@ def test_what_a_resume_may_change():
   assert run_dir.check_resume(saved,
                               config_lib.Config(train_steps=20,
                                                 model_dir="/r")) == []
+
+
+def test_publish_removes_what_a_killed_writer_left(tmp_path):
+  """A temporary folder of a process of this host that is gone (killed
+  here, SIGKILL) goes at the next publish of the same folder; a live
+  writer's and another host's stay."""
+  child = subprocess.Popen(["sleep", "60"])
+  child.kill()
+  child.wait()
+  host = socket.gethostname()
+  left = {
+      "dead": f".tmp-out-{host}-{child.pid}-0000aaaa",
+      "alive": f".tmp-out-{host}-{os.getpid()}-0000bbbb",
+      "elsewhere": ".tmp-out-other-host-1-0000cccc",
+      "another folder": f".tmp-other-{host}-{child.pid}-0000dddd",
+  }
+  for name in left.values():
+    os.makedirs(tmp_path / name)
+    (tmp_path / name / "variables.data").write_text("x" * 1000)
+  run_dir.publish_folder(_writer({"DONE": "ok"}), str(tmp_path / "out"), "DONE")
+  assert sorted(os.listdir(tmp_path)) == sorted(
+      ["out", left["alive"], left["elsewhere"], left["another folder"]])

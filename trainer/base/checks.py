@@ -53,6 +53,13 @@ def _isdir(path):
   return tf.io.gfile.isdir(path)
 
 
+def _kind(flag, path):
+  """`run_dir.kind_of`: "dir", "file" or None; one line naming the flag
+  when a remote path cannot be reached."""
+  from trainer.base import run_dir  # pylint: disable=g-import-not-at-top
+  return run_dir.kind_of(flag, path)
+
+
 _KINDS = {
     int: ("a whole number", lambda v: isinstance(v, numbers.Integral)),
     float: ("a number", lambda v: isinstance(v, numbers.Real)),
@@ -93,7 +100,11 @@ def _check_fields(c):
 
 
 def _check_handle(flag, handle):
-  if handle == config_lib.DEMO or _is_remote(handle):
+  if handle == config_lib.DEMO or handle.startswith(("http://", "https://")):
+    return  # a URL: TF Hub resolves it when the model loads
+  if _is_remote(handle):
+    if _kind(flag, handle) != "dir":
+      _fail(flag, handle, "no such folder; give a TF Hub SavedModel folder")
     return
   if not _exists(handle):
     _fail(
@@ -123,9 +134,10 @@ def _check_sources(c):
     path = getattr(c, flag)
     if path and flag != "train_file" and not c.train_file:
       _fail(flag, path, "needs --train_file")
-    if path and not _is_remote(path) and not _exists(path):
+    kind = _kind(flag, path) if path else "file"
+    if kind is None:
       _fail(flag, path, "no such file")
-    if path and not _is_remote(path) and _isdir(path):
+    if kind == "dir":
       _fail(flag, path, "is a folder; give a CSV/TSV file (plain, .gz or "
             ".zip)")
   if not _is_remote(c.model_dir) and _exists(

@@ -118,6 +118,21 @@ def check_resume(saved, c):
   return allowed
 
 
+def kind_of(flag, path):
+  """"dir", "file" or None (nothing there) for `path`, local or remote; a
+  ResourceError naming --flag and the path when its storage cannot be
+  reached (gs:// without network or credentials), where TensorFlow's own
+  error names neither."""
+  try:
+    if not tf.io.gfile.exists(path):
+      return None
+    return "dir" if tf.io.gfile.isdir(path) else "file"
+  except tf.errors.OpError as e:
+    raise errors.ResourceError(
+        f"--{flag}={path}: cannot reach it ({errors.first_line(e, 160)}); "
+        "check the path, the network and credentials") from None
+
+
 def check_output_file(flag, path):
   """An output file's folder must exist (the command would fail at its
   end otherwise, after all the work)."""
@@ -159,8 +174,11 @@ def publish_folder(write, final, last):
   final = final.rstrip("/")
   parent = os.path.dirname(final) or "."
   tf.io.gfile.makedirs(parent)
-  tmp = os.path.join(parent,
-                     f".tmp-{os.path.basename(final)}-{uuid.uuid4().hex[:8]}")
+  prefix = f".tmp-{os.path.basename(final)}-"
+  _remove_abandoned(parent, prefix)
+  tmp = os.path.join(
+      parent, f"{prefix}{socket.gethostname()}-{os.getpid()}-"
+      f"{uuid.uuid4().hex[:8]}")
   try:
     write(tmp)
     if tf.io.gfile.exists(os.path.join(final, last)):
@@ -182,6 +200,31 @@ def publish_folder(write, final, last):
   finally:
     remove_quietly(tmp)
   return final
+
+
+def _remove_abandoned(parent, prefix):
+  """Removes the temporary folders `prefix`<host>-<pid>-<id> in `parent`
+  that a killed writer of this host left (its process is gone): a killed
+  export's 30-90 MB would otherwise stay forever. Another host's are left
+  alone: whether it still writes cannot be told from here."""
+  try:
+    names = tf.io.gfile.listdir(parent)
+  except tf.errors.OpError:
+    return
+  host = socket.gethostname()
+  for name in names:
+    parts = name.rstrip("/")[len(prefix):].rsplit("-", 2)
+    if (not name.startswith(prefix) or len(parts) != 3 or parts[0] != host or
+        not parts[1].isdigit()):
+      continue
+    try:
+      os.kill(int(parts[1]), 0)
+    except ProcessLookupError:
+      logging.info("Removing %s, left by a killed export (pid %s)", name,
+                   parts[1])
+      remove_quietly(os.path.join(parent, name.rstrip("/")))
+    except (PermissionError, OverflowError):
+      pass  # alive (another user's), or not a pid
 
 
 def read_json(path):
@@ -261,9 +304,18 @@ class Lock:
         ("" if "://" not in self.model_dir else ", on gs:// within 2 "
          "minutes") + f"), or delete {self.path} if that run is gone")
 
+  def _open(self):
+    try:
+      return open(self.path, "a+", encoding="utf-8")
+    except OSError as e:
+      raise errors.ResourceError(
+          f"--model_dir={self.model_dir}: cannot write its lock file "
+          f"{self.path} ({e.strerror}); a run's folder must be writable "
+          "(an export to a folder outside it needs no lock)") from None
+
   def _acquire_local(self):
     for _ in range(3):
-      f = open(self.path, "a+", encoding="utf-8")
+      f = self._open()
       try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
       except OSError:

@@ -14,6 +14,9 @@ in Python. `--format=huggingface` writes DIR for
 (`trainer.serving.huggingface`; `trainer.export_huggingface(...)`).
 """
 
+import contextlib
+import os
+
 from trainer.base import errors
 from trainer.commands import cli
 
@@ -34,8 +37,14 @@ def main(flag_values):
                              "SavedModel goes to --export_base_dir")
   export.read_run_config(f.model_dir)  # a run's folder, or a clear error
   demo_cache_dir = f.demo_cache_dir if f["demo_cache_dir"].present else None
-  # A training run holds its model_dir until it has exported itself.
-  with run_dir.Lock(f.model_dir, "trainer.export"):
+  target = f.output_dir if f.format == "huggingface" else (
+      f.export_base_dir or os.path.join(f.model_dir, "export"))
+  # A training run holds its model_dir until it has exported itself: an
+  # export into the run waits its turn; one elsewhere only reads the run
+  # (which may be read-only, or still training), so it takes no lock.
+  lock = run_dir.Lock(f.model_dir, "trainer.export") if _inside(
+      target, f.model_dir) else contextlib.nullcontext()
+  with lock:
     if f.format == "huggingface":
       print(
           huggingface.export_run(
@@ -52,6 +61,17 @@ def main(flag_values):
             checkpoint_dir=f.checkpoint_dir,
             export_base_dir=f.export_base_dir,
             demo_cache_dir=demo_cache_dir))
+
+
+def _inside(path, folder):
+  """Whether `path` is `folder` or below it (local paths made absolute)."""
+
+  def norm(p):
+    p = p.rstrip("/")
+    return p if "://" in p else os.path.abspath(p)
+
+  path, folder = norm(path), norm(folder)
+  return path == folder or path.startswith(folder + "/")
 
 
 COMMAND = cli.Command(

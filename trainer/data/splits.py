@@ -416,20 +416,48 @@ def count_splits(splits, max_bad_fraction, cache_path, num_classes=0):
   return counts
 
 
+def _no_usable_rows(splits, counts, names, carved):
+  """Raises the TrainingError for splits `names` (a source's carve, or one
+  split) with no usable row: empty, or every row rejected (by reason)."""
+  what = (
+      splits[names[0]].source.describe()
+      if carved else f"the {names[0]} split ({splits[names[0]].describe()})")
+  read = sum(counts[k]["rows_read"] for k in names)
+  if not read:
+    raise errors.TrainingError(f"{what} holds no data rows (a header only, or "
+                               "an empty file); check the data source flags")
+  rejected = {}
+  for k in names:
+    for reason, n in counts[k]["rejected"].items():
+      rejected[reason] = rejected.get(reason, 0) + n
+  reasons = ", ".join(f"{r} {n}" for r, n in sorted(rejected.items()))
+  raise errors.TrainingError(
+      f"{what} has no usable rows ({read} read, rejected: {reasons}); check "
+      "--label_map (every raw label must map to a class), "
+      "--text_column/--label_column and --file_format")
+
+
 def check_counts(splits, counts, validation_fraction):
   """Stops, saying why, on a split that leaves nothing to learn from."""
   validation = splits["validation"]
-  if counts["validation"]["rows_used"] == 0 and validation.holdout:
+  carved = validation.holdout is not None
+  # A carve of a source without usable rows is the source's problem.
+  groups = [("train", "validation")] if carved else [("train",),
+                                                     ("validation",)]
+  for group in groups:
+    if not sum(counts[k]["rows_used"] for k in group):
+      _no_usable_rows(splits, counts, group, carved)
+  if counts["validation"]["rows_used"] == 0 and carved:
     raise errors.TrainingError(
         f"the validation split carved from {validation.source.describe()} "
         f"at --validation_fraction={validation_fraction} holds no usable row "
         f"(the file has {counts['train']['rows_used']} usable rows); raise "
         "--validation_fraction or give --eval_file")
-  for name in ("train", "validation"):
-    if counts[name]["rows_used"] == 0:
-      raise errors.TrainingError(
-          f"the {name} split has no usable rows ({counts[name]}); check the "
-          "data source flags, --label_map and --text_column/--label_column")
+  if counts["train"]["rows_used"] == 0:
+    raise errors.TrainingError(
+        f"the training part of {validation.source.describe()} holds no "
+        f"usable row at --validation_fraction={validation_fraction}; lower "
+        "it or give --eval_file")
   classes = counts["train"].get("classes", {})
   if len(classes) == 1:
     (only, rows), = classes.items()

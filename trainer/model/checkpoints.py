@@ -66,6 +66,31 @@ def for_reading(model, encoder):
   return layout(model, encoder, tf.train.Checkpoint(iterations=step)), step
 
 
+def misfit(path, model, encoder):
+  """Why the checkpoint at `path` cannot hold the weights of `model` (a
+  Classifier) and `encoder`, as a phrase, or None when they fit. Read from
+  the checkpoint's index before a restore, which on a mismatch fails deep
+  in TensorFlow after a warning per variable."""
+  shapes = dict(tf.train.list_variables(path))
+  wanted = {"model/kernel": model.kernel, "model/bias": model.bias}
+  wanted.update(
+      (f"encoder_variables/{i}", v) for i, v in enumerate(encoder.variables))
+  for key, variable in wanted.items():
+    have = shapes.get(f"{key}/.ATTRIBUTES/VARIABLE_VALUE")
+    want = variable.shape.as_list()
+    if have is None:
+      return f"it holds no {key} ({variable.name}, {want})"
+    if list(have) != want:
+      return f"its {key} ({variable.name}) is {list(have)}, this run's {want}"
+  extra = sum(
+      1 for k in shapes
+      if k.startswith("encoder_variables/") and k.endswith("VARIABLE_VALUE"))
+  if extra != len(encoder.variables):
+    return (f"it holds {extra} encoder variables, this run's encoder "
+            f"{len(encoder.variables)}")
+  return None
+
+
 def exist(directory):
   """Whether `directory` holds any checkpoint file (intact or not)."""
   return bool(tf.io.gfile.glob(os.path.join(directory, "ckpt-*")))

@@ -166,6 +166,12 @@ def load_classifier(c, checkpoint="", io_device=None):
       demo_cache_dir=c.demo_cache_dir)
   model = model_lib.Classifier(encoder, c.num_classes, c.dropout_rate, c.seed,
                                c.pooling)
+  problem = checkpoints.misfit(path, model, encoder)
+  if problem:
+    raise errors.CheckpointError(
+        f"{path} does not fit the run in --model_dir={c.model_dir}: "
+        f"{problem}. Give a checkpoint of that run (--checkpoint), or that "
+        "checkpoint's own --model_dir")
   ckpt, step = checkpoints.for_reading(model, encoder)
   options = tf.train.CheckpointOptions(experimental_io_device=io_device)
   ckpt.restore(
@@ -206,7 +212,7 @@ def load_serving(export_dir, flag="export_dir"):
   """(serving_default of the export at `export_dir`, its class count: 1 for
   a regression); a clear error for a folder that is not one of this
   project's exports. `pairs(serve)` says whether it takes sentence pairs."""
-  if not tf.io.gfile.isdir(export_dir):
+  if run_dir.kind_of(flag, export_dir) != "dir":
     raise ExportError(f"--{flag}={export_dir} is not a folder; give an export "
                       "(RUN/export/<step>)")
   if not is_complete(export_dir):

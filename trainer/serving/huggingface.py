@@ -217,7 +217,11 @@ def _check_target(output_dir):
   if not output_dir:
     raise errors.ConfigError("--output_dir is required with "
                              "--format=huggingface")
-  if tf.io.gfile.exists(output_dir) and tf.io.gfile.listdir(output_dir):
+  kind = run_dir.kind_of("output_dir", output_dir)
+  if kind == "file":
+    raise ExportError(f"--output_dir={output_dir} is a file; give a new or "
+                      "empty folder")
+  if kind == "dir" and tf.io.gfile.listdir(output_dir):
     raise ExportError(f"--output_dir={output_dir} exists and is not empty; "
                       "give a new or empty folder")
 
