@@ -68,6 +68,28 @@ def test_choose_spends_up_to_max_buckets_on_the_fewest_padded_tokens():
   assert buckets.choose(h, batch_size=2, max_buckets=1) == (32,)
 
 
+def test_choose_gives_short_texts_a_small_bucket_when_none_is_long():
+  # Every text short at --seq_length=128: 300 rows of 6 tokens, 300 of 12
+  # (batch 32: a bucket needs 128 rows). The last bucket stays, empty:
+  # (8, 16, 128) pads 300*8 + 300*16 = 7200 tokens against 600*128.
+  h = _histogram(128, {6: 300, 12: 300})
+  assert buckets.choose(h, batch_size=32) == (8, 16, 128)
+  assert buckets.padded_tokens(h, (8, 16, 128)) == 7200
+  assert buckets.counts(h, (8, 16, 128)) == [300, 300, 0]
+  assert buckets.steps_per_epoch([300, 300, 0], 32) == 9 + 9
+
+
+def test_a_list_of_more_than_max_buckets_is_refused():
+  spec = ",".join(str(8 * i) for i in range(1, 52))
+  with pytest.raises(errors.ConfigError) as e:
+    buckets.parse(spec, 408)
+  assert str(e.value) == (
+      "--seq_buckets='8,16,24,32,40,48,56,64,72,80,88,96,104,112,120,128,136"
+      ",14...' is invalid: 51 lengths; give at most 8 (each is a program "
+      "compiled and a batch shape kept apart)")
+  assert len(buckets.parse("8,16,24,32,40,48,56,64", 64)) == 8
+
+
 def test_choose_of_lengths_not_a_multiple_of_8_ends_at_seq_length():
   h = _histogram(20, {4: 50, 19: 50})
   assert buckets.choose(h, batch_size=4) == (8, 20)

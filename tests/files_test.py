@@ -274,3 +274,22 @@ def test_an_over_long_row_is_named_as_such_with_a_short_line(tmp_path):
   with pytest.raises(errors.DataError) as info:
     _source(header).layout()
   assert len(str(info.value)) < 400 and "and" not in str(info.value)[-5:]
+
+
+@pytest.mark.parametrize("quoting", ["csv", "none"])
+def test_a_stray_nul_is_a_malformed_row_wherever_it_is(tmp_path, quoting):
+  """One NUL byte in row 10 and one in row 190 of 200: both rows are
+  counted as malformed and the other 198 read, the same rule at the start
+  (inside the sniffed sample) and near the end."""
+  rows = [f"row {i},{i % 2}\n" for i in range(200)]
+  rows[10] = "row\x00 10,0\n"
+  rows[190] = "row 190,\x000\n"
+  path = tmp_path / "d.csv"
+  path.write_text("text,label\n" + "".join(rows))
+  counts = _counts(
+      sources.FileSource(str(path), {
+          0: 0,
+          1: 1
+      }, "csv", quoting=quoting))
+  assert counts == dict(
+      rows_read=200, rows_used=198, rejected=dict(malformed_row=2))

@@ -160,3 +160,21 @@ def test_publish_removes_what_a_killed_writer_left(tmp_path):
   run_dir.publish_folder(_writer({"DONE": "ok"}), str(tmp_path / "out"), "DONE")
   assert sorted(os.listdir(tmp_path)) == sorted(
       ["out", left["alive"], left["elsewhere"], left["another folder"]])
+
+
+def test_a_resume_takes_another_spelling_of_the_same_buckets():
+  saved = dict(config_lib.Config(seq_length=32, seq_buckets="auto").__dict__)
+  again = config_lib.Config(seq_length=32, seq_buckets=" AUTO ")
+  assert run_dir.check_resume(saved, again) == []
+  saved["seq_buckets"] = " 8 , 16 "
+  assert run_dir.check_resume(
+      saved, config_lib.Config(seq_length=32, seq_buckets="8,16,32")) == []
+  with pytest.raises(
+      errors.ConfigError, match="--seq_buckets: ' 8 , 16 ' "
+      "-> '8,24'"):
+    run_dir.check_resume(saved,
+                         config_lib.Config(seq_length=32, seq_buckets="8,24"))
+  with pytest.raises(
+      errors.ConfigError, match="--seq_buckets: ' 8 , 16 ' "
+      "-> 'auto'"):
+    run_dir.check_resume(saved, config_lib.Config(seq_length=32))

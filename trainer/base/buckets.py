@@ -25,6 +25,7 @@ from trainer.base import errors
 AUTO, NONE = "auto", "none"
 MULTIPLE = 8  # bucket lengths of auto: multiples of 8 (TPU tiles, XLA pads)
 MAX_AUTO_BUCKETS = 4
+MAX_BUCKETS = 8  # a list's
 # auto gives a bucket at least this many batches of examples: a bucket with
 # fewer than one batch would never train its examples.
 MIN_BATCHES = 4
@@ -48,7 +49,8 @@ def parse(spec, seq_length):
   """--seq_buckets -> a tuple of lengths ending at `seq_length`, or AUTO.
 
   Raises:
-    ConfigError: not `auto`, `none` or ascending lengths in [3, seq_length].
+    ConfigError: not `auto`, `none` or up to MAX_BUCKETS ascending lengths
+      in [3, seq_length].
   """
   spec = spec.strip().lower()
   if spec == AUTO:
@@ -60,6 +62,12 @@ def parse(spec, seq_length):
         f"--seq_buckets={spec!r} is invalid: give auto, none or ascending "
         "lengths, e.g. 16,32,64")
   lengths = [int(x) for x in spec.split(",")]
+  if len(lengths) > MAX_BUCKETS:
+    shown = spec if len(spec) <= 60 else spec[:57] + "..."
+    raise errors.ConfigError(
+        f"--seq_buckets={shown!r} is invalid: {len(lengths)} lengths; give "
+        f"at most {MAX_BUCKETS} (each is a program compiled and a batch "
+        "shape kept apart)")
   if lengths != sorted(set(lengths)) or lengths[0] < 3:
     raise errors.ConfigError(
         f"--seq_buckets={spec!r} is invalid: the lengths must ascend, each "
@@ -135,7 +143,9 @@ def choose(histogram, batch_size, max_buckets=MAX_AUTO_BUCKETS):
         if i not in best[k - 1]:
           continue
         rows = below[edge + 1] - below[edges[i] + 1]
-        if rows >= minimum:
+        # The last bucket (--seq_length) may hold nothing: when every text
+        # is short, a small bucket takes them all.
+        if rows >= minimum or (rows == 0 and j == len(edges) - 1):
           cost, chosen = best[k - 1][i]
           options.append((cost + int(rows) * edge, chosen + (edge,)))
       if options:
@@ -172,7 +182,8 @@ def describe(histogram, buckets, batch_size):
     lengths = np.arange(low + 1, b + 1)
     tokens = int((histogram[low + 1:b + 1] * lengths).sum())
     padding = 1 - tokens / (n * b) if n else 0.0
-    dropped = " (fewer than a batch: never trained)" if n < batch_size else ""
+    dropped = (" (empty)" if not n else
+               " (fewer than a batch: never trained)" if n < batch_size else "")
     parts.append(f"{b}: {n / rows:.1%} of examples, {padding:.0%} padding"
                  f"{dropped}")
     low = b

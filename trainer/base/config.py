@@ -53,12 +53,14 @@ def _flag(
     choices=None,
     check=None,
     resume=False,
-    missing=None):
+    missing=None,
+    same=None):
   """A Config field that is also a flag: `help` and `choices` for absl;
   `check` = (predicate, what is valid) for `validate()`; `resume`: a run
   resumed from its checkpoints may change it (`run_dir.check_resume`);
   `missing`: what a run whose config.json predates the field ran with (its
-  default if None)."""
+  default if None); `same(old, new, config)`: whether two spellings mean
+  the same (a resume takes either; default ==)."""
   return dataclasses.field(
       default=default,
       metadata=dict(
@@ -66,7 +68,8 @@ def _flag(
           choices=choices,
           check=check,
           resume=resume,
-          missing=default if missing is None else missing))
+          missing=default if missing is None else missing,
+          same=same))
 
 
 def _tunable(*args, **kwargs):
@@ -82,6 +85,17 @@ def _finite(rule):
 _POSITIVE = (lambda v: v >= 1, "must be >= 1")
 _COUNT = (lambda v: v >= 0, "must be >= 0 (0 = only at the end)")
 _UNIT = (_finite(lambda v: 0.0 <= v <= 1.0), "must be in [0, 1]")
+
+
+def _same_buckets(old, new, c):
+  """Two --seq_buckets spellings of one choice (AUTO, " 8 , 16 " and
+  8,16,<seq_length>)."""
+  from trainer.base import buckets  # pylint: disable=g-import-not-at-top
+  try:
+    return buckets.parse(str(old),
+                         c.seq_length) == buckets.parse(str(new), c.seq_length)
+  except errors.ConfigError:
+    return False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,7 +190,8 @@ class Config:
       "comma-separated lengths (e.g. 16,32,64; --seq_length is the last), "
       "auto (a few, chosen from the training data's lengths) or none (every "
       "example at --seq_length).",
-      missing="none")
+      missing="none",
+      same=_same_buckets)
   batch_size: int = _flag(
       32, "Global batch size (divisible by the replica count).", None,
       (lambda v: v >= 1, "must be a positive global batch size"))

@@ -106,7 +106,8 @@ def check_resume(saved, c):
   allowed, refused = [], []
   for f in dataclasses.fields(c):
     old, new = saved.get(f.name, f.metadata["missing"]), getattr(c, f.name)
-    if old != new:
+    same = f.metadata["same"]
+    if old != new and not (same and same(old, new, c)):
       change = f"--{f.name}: {old!r} -> {new!r}"
       (allowed if f.metadata["resume"] else refused).append(change)
   if refused:

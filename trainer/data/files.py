@@ -132,6 +132,13 @@ def _resolve_column(value, header, flag, path):
       "Give a column name or a 0-based index")
 
 
+# Bytes no text holds (C0 controls but tab, newlines, form feed; DEL), and
+# the share of a file's start above which it is binary, not text with a
+# damaged row (a binary file: ~12% for uniform bytes, more for most formats).
+_CONTROL_BYTES = [b for b in range(32) if b not in (9, 10, 12, 13)] + [127]
+_BINARY_SHARE = 0.05
+
+
 def _sniff(sample, path):
   """Bytes of a UTF-8 byte-order mark to skip; DataError for a file that is
   not UTF-8/ISO-8859-1 text (UTF-16/32, binary)."""
@@ -146,7 +153,11 @@ def _sniff(sample, path):
           f"{path} is {name} text; convert it to UTF-8 (e.g. `iconv -f "
           f"{name} -t UTF-8 {path} > converted.csv`) or save it as UTF-8")
   nuls = sample.count(b"\x00")
-  if nuls:
+  controls = sum(sample.count(bytes([b])) for b in _CONTROL_BYTES)
+  # Text with a stray NUL is text: that row is a malformed row, wherever it
+  # is (`_fields`), counted against --max_bad_fraction. A file is binary
+  # when control bytes are a share of its start no text has.
+  if nuls and controls > _BINARY_SHARE * len(sample):
     first_nul = sample.index(b"\x00")
     utf16 = nuls >= len(sample) // 3 and (
         sample[1::2].count(b"\x00") > 0.9 * len(sample[1::2]) or
@@ -339,6 +350,8 @@ def _fields(text_line, invalid, layout):
   nothing = ("",) * len(layout.text_indices)
   if len(body) > MAX_ROW_CHARS:
     return nothing, "", TOO_LONG
+  if "\x00" in body:  # a damaged row, wherever it is (`_sniff`)
+    return nothing, "", MALFORMED
   if layout.quoting:
     try:
       fields = next(
