@@ -526,3 +526,29 @@ def test_safetensors_written_by_hand_read_by_the_library(demo_hf):
   assert "bert.pooler.dense.weight" in tensors
   assert hf_import.read_safetensors(os.path.join(
       demo_hf, "model.safetensors")).keys() == tensors.keys()
+
+
+def test_pipeline_with_truncation_scores_long_texts_as_the_export(
+    demo_run, demo_hf, mrpc_hf):
+  """A text of 240 word pieces (the demo trained at 32, its positions stop
+  at 128): `pipeline(..., truncation=True)`, as the folder's README says,
+  gives the SavedModel's probabilities; tokenizers' own loader cuts at the
+  trained length by default. The pair export's README states the pair
+  caveat."""
+  import tokenizers  # pylint: disable=g-import-not-at-top
+  text = " ".join(["good movie bad plot"] * 60)
+  classify = transformers.pipeline(
+      "text-classification", model=demo_hf, truncation=True, top_k=None)
+  got = {r["label"]: r["score"] for r in classify([text])[0]}
+  served = _savedmodel(demo_run["model_dir"]).signatures["serving_default"](
+      text=tf.constant([text]))
+  np.testing.assert_allclose([got["negative"], got["positive"]],
+                             served["probabilities"].numpy()[0],
+                             atol=1e-5)
+  raw = tokenizers.Tokenizer.from_file(os.path.join(demo_hf, "tokenizer.json"))
+  assert len(raw.encode(text).ids) == 32
+  card = open(os.path.join(demo_hf, "README.md")).read()
+  assert "truncation=True" in card and "cut to 32 tokens" in card
+  assert huggingface.PAIR_CAVEAT not in card
+  pair_card = open(os.path.join(mrpc_hf, "README.md")).read()
+  assert huggingface.PAIR_CAVEAT in pair_card

@@ -306,6 +306,14 @@ def files(preprocessor, handle, max_length):
   path = read_text_path(preprocessor, vocab)
   tokenizer = tokenizer_json(vocab, special, path)
   check_tokenizer(preprocessor, tokenizer)
+  # What `tokenizers.Tokenizer.from_file` applies by default: the trained
+  # length. transformers ignores it unless asked (truncation=True), then
+  # cuts at tokenizer_config's model_max_length, the same length.
+  tokenizer["truncation"] = dict(
+      direction="Right",
+      max_length=max_length,
+      strategy="LongestFirst",
+      stride=0)
   as_json = lambda d: json.dumps(d, indent=2).encode("utf-8") + b"\n"
   return {
       "vocab.txt": ("\n".join(vocab) + "\n").encode("utf-8"),

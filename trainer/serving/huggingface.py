@@ -204,6 +204,7 @@ def _files(c, task, encoder, model, preprocessor):
   """{file name: bytes} of the Hugging Face folder."""
   as_json = lambda d: json.dumps(d, indent=2).encode("utf-8") + b"\n"
   out = hf_tokenizer.files(preprocessor, c.preprocessor_handle, c.seq_length)
+  out["README.md"] = model_card(task, c.seq_length).encode("utf-8")
   out["model.safetensors"] = safetensors_bytes(
       hf_tensors(encoder, model.kernel.numpy(), model.bias.numpy()))
   pad = preprocessing.special_tokens(preprocessor)["padding_id"]
@@ -211,6 +212,33 @@ def _files(c, task, encoder, model, preprocessor):
   out["config.json"] = as_json(
       hf_config(encoder.config, task, pad, c.dropout_rate))
   return out
+
+
+# Where transformers and the trainer tokenize differently (README.md, "Take
+# the model elsewhere"), said when it applies.
+PAIR_CAVEAT = (
+    "pairs: when both texts must be cut and the budget is odd, transformers' "
+    "longest_first gives the extra token to the longer text, the trainer's "
+    "round robin to the first, so such pairs tokenize one token apart")
+
+
+def model_card(task, seq_length):
+  """README.md of the folder: how to score as in training (transformers
+  truncates only when asked) and the known differences that apply."""
+  call = ('classify(("first text", "second text"))'
+          if task.pairs else 'classify("what a day")')
+  lines = [
+      "# Fine-tuned with bert-tpu-trainer", "",
+      f"Trained on texts cut to {seq_length} tokens. transformers cuts only "
+      "when asked, so pass `truncation=True` to score as in training (a "
+      "longer text otherwise scores differently, or fails past the model's "
+      "position limit):", "", "```python", "from transformers import pipeline",
+      'classify = pipeline("text-classification", model="THIS_FOLDER", '
+      "truncation=True)", call, "```", ""
+  ]
+  if task.pairs:
+    lines += [f"Known difference on {PAIR_CAVEAT}.", ""]
+  return "\n".join(lines)
 
 
 def _check_target(output_dir):
@@ -270,4 +298,11 @@ def export_run(model_dir,
   write_folder(files, output_dir)
   logging.info("Exported %s (step %d) to %s in the Hugging Face format", path,
                step, output_dir)
+  logging.info(
+      "Score as in training with truncation=True (texts cut to %d tokens): "
+      "pipeline('text-classification', model=%r, truncation=True)",
+      c.seq_length, output_dir)
+  if tasks.resolve(c).pairs:
+    logging.warning("Hugging Face export: %s (README.md in %s)", PAIR_CAVEAT,
+                    output_dir)
   return output_dir
