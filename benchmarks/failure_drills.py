@@ -14,6 +14,7 @@ table; exits 1 if a drill failed. tests/drills_test.py runs a few.
 
 import argparse
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
@@ -211,6 +212,103 @@ def _disk_full(work):
       preexec_fn=limit)
 
 
+def _grown_file(work):
+  """A run on a file of 300 rows, resumed after it grew to 600."""
+  rows = [
+      f"review {i} {'good' if i % 2 else 'bad'},{i % 2}\n" for i in range(600)
+  ]
+  path = work.write("d.csv", "text,label\n" + "".join(rows[:300]))
+  argv = _command("main", f"--model_dir={work.path('m')}",
+                  f"--train_file={path}", "--validation_fraction=0.2",
+                  *_demo("--train_steps=5", "--export=false"))
+  code, _, stderr = run_command(argv)
+  if code != 0:
+    return -1, 0.0, stderr
+  work.write("d.csv", "text,label\n" + "".join(rows))
+  return run_command(argv[:-2] + ["--train_steps=10", "--export=false"])
+
+
+def _other_runs_checkpoint(work):
+  """Export a run with the checkpoint of a run of another head."""
+  other = work.path("other")
+  code, _, stderr = run_command(
+      _command("main", f"--model_dir={other}", "--num_classes=3",
+               "--label_map=0:0,1:1", "--label_names=a,b,c",
+               *_demo("--train_steps=5", "--export=false")))
+  if code != 0:
+    return -1, 0.0, stderr
+  return run_command(
+      _command("export", f"--model_dir={work.run_copy()}",
+               f"--checkpoint={other}/checkpoints/ckpt-5",
+               f"--export_base_dir={work.path('out')}"))
+
+
+def _export_while_held(inside):
+  """An export while a trainer holds the run (its lock, taken here): into
+  the run it waits its turn; elsewhere it goes ahead."""
+
+  def drill(work):
+    model_dir = work.run_copy()
+    target = (f"--export_base_dir={model_dir}/export"
+              if inside else f"--export_base_dir={work.path('elsewhere')}")
+    with open(os.path.join(model_dir, ".lock"), "w") as lock:
+      json.dump(
+          dict(
+              command="trainer.main",
+              pid=os.getpid(),
+              host=socket.gethostname(),
+              started=time.time()), lock)
+      lock.flush()
+      fcntl.flock(lock, fcntl.LOCK_EX)
+      return run_command(_command("export", f"--model_dir={model_dir}", target))
+
+  return drill
+
+
+def _killed_export(work):
+  """An export SIGKILLed while it writes its temporary folder; the next
+  export removes what it left and finishes."""
+  model_dir = work.run_copy()
+  base = f"--export_base_dir={work.path('again')}"
+  argv = _command("export", f"--model_dir={model_dir}", base)
+  proc = subprocess.Popen(argv, cwd=ROOT, env=_env(), stderr=subprocess.PIPE)
+  target = work.path("again")
+  deadline = time.monotonic() + TIME_LIMIT
+  while time.monotonic() < deadline and proc.poll() is None:
+    if os.path.isdir(target) and any(
+        n.startswith(".tmp-") for n in os.listdir(target)):
+      break
+    time.sleep(0.05)
+  proc.kill()
+  proc.communicate()
+  left = [n for n in os.listdir(target) if n.startswith(".tmp-")]
+  code, seconds, stderr = run_command(argv)
+  still = [n for n in os.listdir(target) if n.startswith(".tmp-")]
+  return (code if left and not still else -1), seconds, stderr
+
+
+def _sigint_twice(work):
+  """Ctrl-C twice mid-training: the run saves and stops as on one."""
+  model_dir = work.path("run")
+  proc = subprocess.Popen(
+      _command("main", f"--model_dir={model_dir}",
+               *_demo("--train_steps=400", "--checkpoint_every=0")),
+      cwd=ROOT,
+      env=_env(),
+      stderr=subprocess.PIPE,
+      text=True)
+  start, seen = time.monotonic(), []
+  for line in proc.stderr:
+    seen.append(line)
+    if "step 10/400" in line:
+      proc.send_signal(signal.SIGINT)
+      time.sleep(0.2)
+      proc.send_signal(signal.SIGINT)
+      break
+  seen.append(proc.communicate(timeout=TIME_LIMIT)[1])
+  return proc.returncode, time.monotonic() - start, "".join(seen)
+
+
 @dataclasses.dataclass
 class Drill:
   """`argv(work)` -> the command; or `special(work)` -> (code, s, stderr)."""
@@ -396,6 +494,73 @@ DRILLS = [
         on_run=True),
     Drill("export without checkpoints", 2, "no checkpoint to export",
           lambda w: _command("export", f"--model_dir={w.path('empty')}")),
+    # Issue 36: what a new user met.
+    Drill("class names not distinct", 2, "each class needs a name of its own",
+          lambda w: _command("main", "--label_names=pos,pos")),
+    Drill(
+        "a bucket list over the cap", 2, "9 lengths; give at most 8",
+        lambda w: _command("main", "--seq_length=128",
+                           "--seq_buckets=8,16,24,32,40,48,56,64,72")),
+    Drill(
+        "resume with another --steps_per_loop when bucketed (allowed)",
+        0,
+        "",
+        _main_on_run("--steps_per_loop=3", "--train_steps=15"),
+        on_run=True,
+        continues_run=True),
+    Drill(
+        "resume with --seq_buckets spelled AUTO (allowed)",
+        0,
+        "",
+        _main_on_run("--seq_buckets= AUTO", "--train_steps=15"),
+        on_run=True,
+        continues_run=True),
+    Drill(
+        "resume on a grown training file",
+        2,
+        "trained on other data (train rows_read 2",
+        special=_grown_file),
+    Drill(
+        "export a checkpoint of another run",
+        2,
+        "does not fit the run in --model_dir=",
+        special=_other_runs_checkpoint),
+    Drill(
+        "export into a run a trainer holds",
+        2,
+        "is in use by trainer.main",
+        special=_export_while_held(inside=True)),
+    Drill(
+        "export elsewhere while a trainer holds the run",
+        0,
+        "",
+        special=_export_while_held(inside=False)),
+    Drill("a killed export's leftovers", 0, "", special=_killed_export),
+    Drill(
+        "Ctrl-C twice mid-training",
+        75,
+        "SIGINT received: stopped after",
+        special=_sigint_twice),
+    Drill("gs:// training file offline", 2,
+          "--train_file=gs://no-bucket-xyz/d.csv: cannot reach it",
+          lambda w: _command("main", "--train_file=gs://no-bucket-xyz/d.csv")),
+    Drill(
+        "predict from gs:// offline", 2,
+        "--export_dir=gs://no-bucket-xyz/e: cannot reach it", lambda w:
+        _command("predict", "--export_dir=gs://no-bucket-xyz/e", "--text=hi")),
+    Drill(
+        "Hugging Face export into a file",
+        2,
+        "is a file; give a new or empty folder",
+        lambda w:
+        _command("export", f"--model_dir={w.path('run')}",
+                 "--format=huggingface", f"--output_dir={w.write('f', 'x')}"),
+        on_run=True),
+    Drill("every label outside the map", 2,
+          "has no usable rows (3 read, rejected: label_not_in_map 3)",
+          _main_with_file("d.csv", "text,label\na,7\nb,9\nc,8\n")),
+    Drill("a header-only data file", 2, "holds no data rows (a header only",
+          _main_with_file("d.csv", "text,label\n")),
 ]
 
 

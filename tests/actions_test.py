@@ -142,3 +142,21 @@ def test_sigterm_and_sigint_become_a_stop_request(sig):
     os.kill(os.getpid(), sig)
     assert signals.received == sig.name
   assert {s: signal.getsignal(s) for s in before} == before
+
+
+@pytest.mark.parametrize("exiting", [False, True])
+def test_after_a_signal_an_exiting_process_ignores_the_next(exiting):
+  """The command (exiting) ignores SIGINT/SIGTERM once a signal stopped
+  its run, so a second Ctrl-C cannot turn exit code 75 into 130; the
+  Python API (a notebook) gets its own handlers back."""
+  before = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)]
+  with actions.StopSignals(exiting=exiting) as signals:
+    os.kill(os.getpid(), signal.SIGINT)
+    assert signals.received == "SIGINT"
+  after = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)]
+  signal.signal(signal.SIGINT, before[0])
+  signal.signal(signal.SIGTERM, before[1])
+  if exiting:
+    assert after == [signal.SIG_IGN, signal.SIG_IGN]
+  else:
+    assert after == before

@@ -99,11 +99,11 @@ def test_export_matches_trainer_eval_step_and_token_ids(demo_run, tmp_path):
 
 @pytest.mark.core
 def test_a_text_gets_the_same_probabilities_in_every_bucket(demo_run):
-  """The demo run trained in buckets (8, 32) (the default, auto): a request
+  """The demo run trained in buckets (8, 16, 32) (the default, auto): a request
   is packed to the smallest that holds its longest text, and a text's
   probabilities do not depend on which one that was, nor on --seq_length
   for all."""
-  assert demo_run["summary"]["buckets"] == [8, 32]
+  assert demo_run["summary"]["buckets"] == [8, 16, 32]
   loaded = tf.saved_model.load(demo_run["export_dir"])
   serve, preprocess = (
       loaded.signatures[k] for k in ("serving_default", "preprocess"))
@@ -114,13 +114,14 @@ def test_a_text_gets_the_same_probabilities_in_every_bucket(demo_run):
       preprocess(text=tf.constant(t))["input_word_ids"]
       for t in (short, longer, longest)
   ]
-  assert [i.shape[1] for i in ids] == [8, 32, 32]
+  assert [i.shape[1] for i in ids] == [8, 16, 32]
   np.testing.assert_array_equal(ids[0], ids[1][:4, :8])
   assert (ids[1][:4, 8:].numpy() == 0).all()
-  alone, among_long = (
+  alone, among_long, among_longest = (
       serve(text=tf.constant(t))["probabilities"].numpy()
-      for t in (short, longer))
+      for t in (short, longer, longest))
   np.testing.assert_allclose(alone, among_long[:4], atol=1e-5)
+  np.testing.assert_allclose(alone, among_longest[:4], atol=1e-5)
   # The same classifier served at --seq_length only: the same numbers.
   c = export.read_run_config(demo_run["model_dir"])
   preprocessor, model, _, _ = export.load_classifier(c)

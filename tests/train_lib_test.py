@@ -50,9 +50,9 @@ def trained(tmp_path_factory, demo_paths):
 def test_setup_resolves_everything_once(trained):
   _, job, setup_view, _, _ = trained
   # --seq_buckets=auto on the demo's short reviews: lengths of 8 for 3,352
-  # of its 4,000 examples, 32 for the rest; an epoch is 3352 // 16 + 648 //
-  # 16 batches.
-  assert job.buckets == (8, 32)
+  # of its 4,000 examples, 16 for the rest (at most 10 pieces), 32 empty; an
+  # epoch is 3352 // 16 + 648 // 16 batches.
+  assert job.buckets == (8, 16, 32)
   assert setup_view == dict(
       step=0, plan=dict(steps_per_epoch=249, total_steps=8, warmup_steps=1))
   run = job.run
@@ -496,22 +496,29 @@ def _train_until(c, stop_after=None):
   return {
       name: reader.get_tensor(name)
       for name in reader.get_variable_to_shape_map()
-      if name.startswith(("model/", "encoder_variables/", "optimizer/"))
+      if name.startswith(("model/", "encoder_variables/", "optimizer/",
+                          "bucket_steps/"))
   }, json.load(open(job.run.out.config_json))
 
 
 @pytest.mark.slow
 def test_a_bucketed_resume_with_other_steps_per_loop_is_bit_identical(
     tmp_path, demo_paths):
-  """Two buckets (8, 32); stopped after step 9 of loops of 2 (checkpoints
-  every 7), resumed with loops of 10: every tensor equals the uninterrupted
-  run's. Before the group was fixed, a bucketed epoch's order followed
-  --steps_per_loop and the resume trained other rows."""
+  """Two buckets (7 and 32: the demo's reviews split near their median, so
+  both fill groups of 5 batches within 14 steps); stopped after step 9 of
+  loops of 2 (checkpoints every 7), resumed with loops of 10: every tensor
+  equals the uninterrupted run's. Before the group was fixed, a
+  bucketed epoch's order followed --steps_per_loop and the resume trained
+  other rows."""
   common = dict(
-      train_steps=14, checkpoint_every=7, eval_every=0, deterministic=True)
+      train_steps=14,
+      checkpoint_every=7,
+      eval_every=0,
+      deterministic=True,
+      seq_buckets="7,32")
   whole, record = _train_until(
       _config(tmp_path / "whole", demo_paths, steps_per_loop=2, **common))
-  assert record["buckets"] == [8, 32] and record["train_group_batches"] == 5
+  assert record["buckets"] == [7, 32] and record["train_group_batches"] == 5
   split = _config(tmp_path / "split", demo_paths, steps_per_loop=2, **common)
   _train_until(split, stop_after=9)
   saved = tf.train.get_checkpoint_state(split.model_dir + "/checkpoints")
@@ -520,6 +527,9 @@ def test_a_bucketed_resume_with_other_steps_per_loop_is_bit_identical(
   assert len(whole) > 100 and sorted(whole) == sorted(resumed)
   different = [k for k in whole if not np.array_equal(whole[k], resumed[k])]
   assert not different
+  # The steps per bucket add up over both attempts: 14 in all.
+  steps = whole["bucket_steps/.ATTRIBUTES/VARIABLE_VALUE"]
+  assert steps.sum() == 14 and steps[:2].all() and not steps[2:].any()
 
 
 def test_a_resume_on_a_grown_training_file_is_refused(tmp_path, demo_paths):

@@ -53,11 +53,20 @@ def _isdir(path):
   return tf.io.gfile.isdir(path)
 
 
-def _kind(flag, path):
-  """`run_dir.kind_of`: "dir", "file" or None; one line naming the flag
-  when a remote path cannot be reached."""
-  from trainer.base import run_dir  # pylint: disable=g-import-not-at-top
-  return run_dir.kind_of(flag, path)
+def path_kind(flag, path):
+  """"dir", "file" or None (nothing there) for `path`, local or remote; a
+  ResourceError naming --flag and the path when its storage cannot be
+  reached (gs:// without network or credentials), where TensorFlow's own
+  error names neither."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  try:
+    if not tf.io.gfile.exists(path):
+      return None
+    return "dir" if tf.io.gfile.isdir(path) else "file"
+  except tf.errors.OpError as e:
+    raise errors.ResourceError(
+        f"--{flag}={path}: cannot reach it ({errors.first_line(e, 160)}); "
+        "check the path, the network and credentials") from None
 
 
 _KINDS = {
@@ -103,7 +112,7 @@ def _check_handle(flag, handle):
   if handle == config_lib.DEMO or handle.startswith(("http://", "https://")):
     return  # a URL: TF Hub resolves it when the model loads
   if _is_remote(handle):
-    if _kind(flag, handle) != "dir":
+    if path_kind(flag, handle) != "dir":
       _fail(flag, handle, "no such folder; give a TF Hub SavedModel folder")
     return
   if not _exists(handle):
@@ -134,7 +143,7 @@ def _check_sources(c):
     path = getattr(c, flag)
     if path and flag != "train_file" and not c.train_file:
       _fail(flag, path, "needs --train_file")
-    kind = _kind(flag, path) if path else "file"
+    kind = path_kind(flag, path) if path else "file"
     if kind is None:
       _fail(flag, path, "no such file")
     if kind == "dir":

@@ -15,6 +15,7 @@ import os
 
 from absl import logging
 
+from trainer.base import buckets
 from trainer.base import errors
 from trainer.base import tasks
 
@@ -90,7 +91,6 @@ _UNIT = (_finite(lambda v: 0.0 <= v <= 1.0), "must be in [0, 1]")
 def _same_buckets(old, new, c):
   """Two --seq_buckets spellings of one choice (AUTO, " 8 , 16 " and
   8,16,<seq_length>)."""
-  from trainer.base import buckets  # pylint: disable=g-import-not-at-top
   try:
     return buckets.parse(str(old),
                          c.seq_length) == buckets.parse(str(new), c.seq_length)

@@ -119,21 +119,6 @@ def check_resume(saved, c):
   return allowed
 
 
-def kind_of(flag, path):
-  """"dir", "file" or None (nothing there) for `path`, local or remote; a
-  ResourceError naming --flag and the path when its storage cannot be
-  reached (gs:// without network or credentials), where TensorFlow's own
-  error names neither."""
-  try:
-    if not tf.io.gfile.exists(path):
-      return None
-    return "dir" if tf.io.gfile.isdir(path) else "file"
-  except tf.errors.OpError as e:
-    raise errors.ResourceError(
-        f"--{flag}={path}: cannot reach it ({errors.first_line(e, 160)}); "
-        "check the path, the network and credentials") from None
-
-
 def check_output_file(flag, path):
   """An output file's folder must exist (the command would fail at its
   end otherwise, after all the work)."""

@@ -14,7 +14,7 @@ from trainer.commands import cli
 def main(flag_values):
   # Imported after flag parsing, so --help does not load TensorFlow.
   from trainer.loop import train_lib  # pylint: disable=g-import-not-at-top
-  train_lib.run(cli.config_from_flags(flag_values))
+  train_lib.run(cli.config_from_flags(flag_values), exiting=True)
 
 
 COMMAND = cli.Command("trainer.main", main, config_flags=None)

@@ -36,8 +36,9 @@ class StopSignals:
   75). Python runs handlers between bytecodes, so never inside the loop.
   """
 
-  def __init__(self):
+  def __init__(self, exiting=False):
     self.received = None
+    self.exiting = exiting  # the process ends after the run: see __exit__
     self._previous = {}
 
   def _handle(self, signum, frame):
@@ -52,7 +53,10 @@ class StopSignals:
 
   def __exit__(self, *exc):
     for sig, handler in self._previous.items():
-      signal.signal(sig, handler)
+      # A process on its way out after a signal ignores the next ones, so
+      # it ends with the stop's own exit code, not a KeyboardInterrupt.
+      stopping = self.exiting and self.received
+      signal.signal(sig, signal.SIG_IGN if stopping else handler)
 
   def check(self, state, step):
     """After the loop that ended at `step`: saves and raises `Preempted`

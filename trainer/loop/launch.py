@@ -331,7 +331,7 @@ def _trainer(c, strategy, state, route, data, plan, run):
           accumulation_steps=c.grad_accumulation_steps,
           loss_scale=state.loss_scale))
   trainer = faults.wrap(
-      trainer_lib.Trainer(state, loop, dataset, meta, c.batch_size))
+      trainer_lib.Trainer(state, loop, dataset, meta, c.batch_size, buckets))
   if plan.profile and run.chief:  # a worker's trace would be its own host's
     trainer = trainer_lib.Profiled(trainer, plan.profile,
                                    run.out.summary_writer_dir("train"))

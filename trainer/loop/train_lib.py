@@ -140,15 +140,17 @@ def finish(job, result):
   return summary
 
 
-def run(c, command="trainer.main"):
+def run(c, command="trainer.main", exiting=False):
   """Validates Config `c` (completed: `config.complete`), trains,
   evaluates, exports; returns the summary (also model_dir/summary.json).
 
   SIGTERM/SIGINT at any point from here on stops the run at the next safe
   point with every step trained so far saved (`Preempted`, exit code 75).
+  `exiting`: the process ends with the run (the command), so a second
+  signal while it stops changes nothing (a second Ctrl-C exited 130).
   """
   checks.validate(c)
-  with actions.StopSignals() as signals:
+  with actions.StopSignals(exiting=exiting) as signals:
     job = setup(c, command, signals)
     try:
       return finish(job, train(job))

@@ -42,19 +42,27 @@ class Trainer:
     meta: a distributed group -> (its first batch's position, its count of
       batches), Python ints.
     batch_size: the global batch size (examples per step).
+    buckets: the run's bucket lengths (the steps trained in each are counted
+      in the state, so they add up across a resume).
   """
 
-  def __init__(self, state, train_loop, dataset, meta, batch_size):
+  def __init__(self, state, train_loop, dataset, meta, batch_size, buckets):
     self.state = state
     self.train_loop, self._dataset, self._meta = train_loop, dataset, meta
-    self.batch_size = batch_size
+    self.batch_size, self.buckets = batch_size, tuple(buckets)
     self._groups = self._group = None
     self._used = self._count = self._length = 0
-    self.steps_per_length = {}  # bucket length -> steps trained in it
 
   @property
   def step(self):
     return self.state.step
+
+  @property
+  def steps_per_length(self):
+    """{bucket length: steps trained in it}, this run's whole history (a
+    checkpoint from before they were kept: since the resume)."""
+    counts = self.state.bucket_steps.numpy()
+    return {b: int(counts[i]) for i, b in enumerate(self.buckets) if counts[i]}
 
   def _segment(self, remaining):
     """(group, offset, steps) of the next call: the current group's next
@@ -75,7 +83,7 @@ class Trainer:
     start, position = self.state.step, self.state.data_position
     host.keep_malloc_fast()
     started = time.perf_counter()
-    remaining, calls = num_steps, []
+    remaining, calls, per_bucket = num_steps, [], {}
     while remaining:
       group, offset, steps = self._segment(remaining)
       # Not read back here: the next call (a loop is several when it
@@ -86,8 +94,9 @@ class Trainer:
                                   tf.constant(steps))))
       self._used += steps
       remaining -= steps
-      self.steps_per_length[self._length] = self.steps_per_length.get(
-          self._length, 0) + steps
+      index = self.buckets.index(self._length)
+      per_bucket[index] = per_bucket.get(index, 0) + steps
+    self.state.add_bucket_steps(per_bucket)
     loss_sum, norm_sum, applied_sum = 0.0, 0.0, 0.0
     for steps, (loss, norm, applied) in calls:
       applied = float(applied)  # waits for the device

@@ -37,10 +37,16 @@ _STEP = re.compile(r"ckpt-(\d+)(?:\.index|\.data-\d+-of-\d+)$")
 CheckpointError = errors.CheckpointError
 
 
-def layout(model, encoder, optimizer, data_skip=None, loss_scale=None):
+def layout(model,
+           encoder,
+           optimizer,
+           data_skip=None,
+           loss_scale=None,
+           bucket_steps=None):
   """The run's tf.train.Checkpoint over `model`, `encoder`'s variables,
-  `optimizer` (or a stand-in holding `iterations`), `data_skip` and, for
-  float16, the `optimization.LossScale` (`loss_scale/...`)."""
+  `optimizer` (or a stand-in holding `iterations`), `data_skip`, the steps
+  trained per length bucket and, for float16, the `optimization.LossScale`
+  (`loss_scale/...`)."""
   objects = dict(
       model=model,
       optimizer=optimizer,
@@ -49,14 +55,21 @@ def layout(model, encoder, optimizer, data_skip=None, loss_scale=None):
     objects["data_skip"] = data_skip
   if loss_scale is not None:
     objects["loss_scale"] = loss_scale
+  if bucket_steps is not None:
+    objects["bucket_steps"] = bucket_steps
   return tf.train.Checkpoint(**objects)
+
+
+def holds(path, name):
+  """Whether the checkpoint at prefix `path` holds the object `name`
+  (loss_scale: float16's; bucket_steps: written since they are kept)."""
+  return any(
+      key.startswith(f"{name}/") for key, _ in tf.train.list_variables(path))
 
 
 def has_loss_scale(path):
   """Whether the checkpoint at prefix `path` holds a loss scale (float16)."""
-  return any(
-      name.startswith("loss_scale/")
-      for name, _ in tf.train.list_variables(path))
+  return holds(path, "loss_scale")
 
 
 def for_reading(model, encoder):

@@ -10,8 +10,9 @@ checkpoint continues exactly as an uninterrupted one.
 from absl import logging
 import tensorflow as tf
 
-from trainer.model import checkpoints
+from trainer.base import buckets
 from trainer.base import errors
+from trainer.model import checkpoints
 from trainer.model import layer_decay as layer_decay_lib
 from trainer.model import classifier as model_lib
 from trainer.model import optimization
@@ -72,10 +73,17 @@ class TrainState:
           trainable=False,
           name="data_skip",
           aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+      # Steps trained per length bucket (by index), across attempts.
+      self.bucket_steps = tf.Variable(
+          tf.zeros([buckets.MAX_BUCKETS], tf.int64),
+          trainable=False,
+          name="bucket_steps",
+          aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
       self.loss_scale = optimization.LossScale() if loss_scaling else None
-    self._encoder = encoder  # for a checkpoint without a loss scale
+    self._encoder = encoder  # for a checkpoint of an older layout
     self.checkpoint = checkpoints.layout(self.model, encoder, self.optimizer,
-                                         self.data_skip, self.loss_scale)
+                                         self.data_skip, self.loss_scale,
+                                         self.bucket_steps)
     self.io_device = io_device
     self.options = tf.train.CheckpointOptions(experimental_io_device=io_device)
     self.manager = tf.train.CheckpointManager(
@@ -115,17 +123,31 @@ class TrainState:
   def restore(self, path):
     """Restores the checkpoint at prefix `path`. One written without a loss
     scale (another precision) restores into a float16 run too: the scale
-    starts afresh."""
+    starts afresh; one written before the steps per bucket were kept
+    counts them from here."""
     checkpoint = self.checkpoint
-    if self.loss_scale is not None and not checkpoints.has_loss_scale(path):
+    loss_scale, bucket_steps = self.loss_scale, self.bucket_steps
+    if loss_scale is not None and not checkpoints.has_loss_scale(path):
       logging.info(
           "%s has no loss scale (written in another precision): "
-          "float16 starts at scale %g", path,
-          float(self.loss_scale.scale.numpy()))
+          "float16 starts at scale %g", path, float(loss_scale.scale.numpy()))
+      loss_scale = None
+    if not checkpoints.holds(path, "bucket_steps"):
+      bucket_steps = None
+      self.bucket_steps.assign(tf.zeros_like(self.bucket_steps))
+    if loss_scale is not self.loss_scale or (bucket_steps
+                                             is not self.bucket_steps):
       checkpoint = checkpoints.layout(self.model, self._encoder, self.optimizer,
-                                      self.data_skip)
+                                      self.data_skip, loss_scale, bucket_steps)
     checkpoint.restore(
         path, options=self.options).assert_existing_objects_matched()
+
+  def add_bucket_steps(self, steps):
+    """Counts `steps` ({bucket index: steps}) as trained."""
+    counts = [0] * buckets.MAX_BUCKETS
+    for index, n in steps.items():
+      counts[index] += n
+    self.bucket_steps.assign_add(tf.constant(counts, tf.int64))
 
   def resume(self, directory, chief=True):
     """Restores the newest intact checkpoint of `directory`, if any (the

@@ -29,6 +29,7 @@ import os
 from absl import logging
 import tensorflow as tf
 
+from trainer.base import checks
 from trainer.base import config as config_lib
 from trainer.base import errors
 from trainer.base import run_dir
@@ -212,7 +213,7 @@ def load_serving(export_dir, flag="export_dir"):
   """(serving_default of the export at `export_dir`, its class count: 1 for
   a regression); a clear error for a folder that is not one of this
   project's exports. `pairs(serve)` says whether it takes sentence pairs."""
-  if run_dir.kind_of(flag, export_dir) != "dir":
+  if checks.path_kind(flag, export_dir) != "dir":
     raise ExportError(f"--{flag}={export_dir} is not a folder; give an export "
                       "(RUN/export/<step>)")
   if not is_complete(export_dir):

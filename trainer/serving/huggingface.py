@@ -36,6 +36,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from trainer.base import checks
 from trainer.base import errors
 from trainer.base import run_dir
 from trainer.base import tasks
@@ -245,7 +246,7 @@ def _check_target(output_dir):
   if not output_dir:
     raise errors.ConfigError("--output_dir is required with "
                              "--format=huggingface")
-  kind = run_dir.kind_of("output_dir", output_dir)
+  kind = checks.path_kind("output_dir", output_dir)
   if kind == "file":
     raise ExportError(f"--output_dir={output_dir} is a file; give a new or "
                       "empty folder")
