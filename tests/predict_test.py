@@ -10,7 +10,12 @@ import tensorflow_datasets as tfds
 
 from conftest import run_module
 from splits_test import _pair_file
+from trainer.base import config as config_lib
 from trainer.base import errors
+from trainer.base import tasks
+from trainer.data import input_pipeline
+from trainer.data import splits
+from trainer.loop import launch
 from trainer.serving import export
 from trainer.serving import predict
 
@@ -121,3 +126,62 @@ def test_user_error_is_where_the_readme_says():
   assert trainer.errors.UserError is errors.UserError
   assert issubclass(trainer.Preempted, trainer.UserError)
   assert issubclass(errors.ConfigError, trainer.UserError)
+
+
+def _three_files(tmp_path):
+  """(path, flags for training and evaluate, predict's keyword arguments) of
+  three layouts: a headerless ISO-8859-1 Sentiment140 file, a UTF-8 TSV
+  with a byte-order mark, and a GLUE TSV whose quotes are plain characters.
+  Each holds a malformed row and an empty text, which every reader skips."""
+  s140 = tmp_path / "tweets.csv"
+  rows = [
+      f'"{y}","{i}","Mon Apr 06","NO_QUERY","u{i}","caf\xe9 n\xb0{i} '
+      f'{"good" if y else "bad"}"\n' for i, y in enumerate([0, 4] * 30)
+  ]
+  rows[7] = '"4","7","Mon","NO_QUERY","u7"\n'  # five columns: malformed
+  rows[11] = '"0","11","Mon","NO_QUERY","u11","  "\n'  # empty text
+  s140.write_bytes("".join(rows).encode("iso-8859-1"))
+  bom = tmp_path / "bom.tsv"
+  lines = [
+      f"\u00e9t\u00e9 {i} \u201cquoted\u201d\t{i % 2}\n" for i in range(40)
+  ]
+  lines[5] = "a\tb\tc\n"
+  bom.write_bytes(b"\xef\xbb\xbf" + ("text\tlabel\n" + "".join(lines)).encode())
+  glue = tmp_path / "glue.tsv"
+  pairs = [f'{i}\tsay "hi {i}\tand "bye\t{i % 2}\n' for i in range(40)]
+  pairs[3] = '3\t\tnothing\t1\n'
+  glue.write_text("id\tq\ts\tlabel\n" + "".join(pairs))
+  pair = dict(text_column="q,s", quoting="none")
+  return [(str(s140), {}, {}, 58), (str(bom), {}, {}, 39),
+          (str(glue), pair, pair, 39)]
+
+
+def test_predict_evaluate_and_training_read_a_file_alike(tmp_path):
+  """One file fed to the three readers gives the same texts, in order:
+  training's (train and validation carved from it), evaluate's
+  (`--input_file`) and predict's (labels not read)."""
+  for path, flags, kwargs, rows in _three_files(tmp_path):
+    c = config_lib.Config(train_file=path, validation_fraction=0.3, **flags)
+    task = tasks.resolve(c)
+    data = launch.data_spec(c, task)
+    carved = splits.make_splits(task, data)
+    by_index = {}
+    for name in ("train", "validation"):
+      for chunk in carved[name].chunks().as_numpy_iterator():
+        for i, t, r in zip(chunk["index"], chunk["text"], chunk["reason"]):
+          if not r:
+            by_index[int(i)] = tuple(x.decode() for x in t)
+    trained = [by_index[i] for i in sorted(by_index)]
+    evaluated = [
+        tuple(x.decode()
+              for x in np.atleast_1d(t))
+        for t, _ in input_pipeline.usable_rows(
+            splits.file_split(task, data, path)).as_numpy_iterator()
+    ]
+    predicted = [
+        t if isinstance(t, tuple) else (t,)
+        for t in predict.read_texts(path, **kwargs)
+    ]
+    assert predicted == evaluated == trained, path
+    assert len(predicted) == rows, path
+  assert predicted[0] == ('say "hi 0', 'and "bye')

@@ -55,7 +55,7 @@ class Layout:
   has_header: bool
   width: int
   text_indices: tuple  # one column per segment: (text,) or (text, pair)
-  label_index: int
+  label_index: int | None  # None: labels not read (predict)
   encoding: str
   bom: int = 0  # bytes of a UTF-8 byte-order mark to skip at the start
   quoting: bool = True  # False: quotes are plain characters (GLUE's TSVs)
@@ -66,9 +66,10 @@ class Layout:
     bom = ", after a byte-order mark" if self.bom else ""
     quotes = "" if self.quoting else ", quotes as plain characters"
     columns = "text column" + ("s" if len(self.text_indices) > 1 else "")
+    label = ("no label read" if self.label_index is None else
+             f"{self.label_kind} label column {self.label_index}")
     return (f"{self.file_format} layout ({self.width} columns, {header}, "
-            f"{columns} {', '.join(map(str, self.text_indices))}, "
-            f"{self.label_kind} label column {self.label_index}, "
+            f"{columns} {', '.join(map(str, self.text_indices))}, {label}, "
             f"{self.encoding}{bom}{quotes})")
 
 
@@ -104,7 +105,7 @@ def zip_members(path):
     return archive.namelist()
 
 
-def _detect_encoding(sample):
+def detect_encoding(sample):
   """utf-8 unless the sample has more invalid sequences than a few bad rows
   would explain (a latin-1 file fails on nearly every accented character)."""
   # Cut at the last newline so a multi-byte character is never split.
@@ -182,9 +183,10 @@ def detect_layout(path,
   """Reads the first bytes of the file and decides how to parse it.
 
   `text_column` is one column or two, comma-separated (a sentence pair);
-  `header` auto/yes/no (auto: Sentiment140's layout is detected, CSV/TSV
-  have one); `quoting` csv or none; `label_kind` how labels are read (int,
-  word, float).
+  `label_column` '' reads no label (`trainer.predict`); `header`
+  auto/yes/no (auto: Sentiment140's layout is detected, CSV/TSV have one);
+  `quoting` csv or none; `label_kind` how labels are read (int, word,
+  float).
   """
   if file_format not in FORMATS:
     raise DataError(f"--file_format={file_format!r}: choose one of "
@@ -217,14 +219,14 @@ def detect_layout(path,
     # The original file is ISO-8859-1; a copy with a header is whatever its
     # maker saved it as (the shared sample is UTF-8).
     if not encoding:
-      encoding = _detect_encoding(sample) if s140_header else "iso-8859-1"
+      encoding = detect_encoding(sample) if s140_header else "iso-8859-1"
     has_header = s140_header if header == "auto" else header == "yes"
-    return Layout("sentiment140", ",", has_header, 6, (5,), 0, encoding, bom,
-                  True, label_kind)
+    return Layout("sentiment140", ",", has_header, 6, (5,),
+                  0 if label_column else None, encoding, bom, True, label_kind)
   if quoting == "none":
     first = first_line.rstrip("\r").split(delimiter)
   return _delimited(path, file_format, delimiter, first, first_line, encoding or
-                    _detect_encoding(sample), bom, text_column, label_column,
+                    detect_encoding(sample), bom, text_column, label_column,
                     header, quoting, label_kind)
 
 
@@ -236,8 +238,9 @@ def _delimited(path, file_format, delimiter, first, first_line, encoding, bom,
   text_indices = tuple(
       _resolve_column(column.strip(), names, "--text_column", path)
       for column in text_column.split(","))
-  label_index = _resolve_column(label_column, names, "--label_column", path)
-  widest = max(text_indices + (label_index,))
+  label_index = _resolve_column(label_column, names, "--label_column",
+                                path) if label_column else None
+  widest = max(text_indices + ((label_index,) if label_column else ()))
   if widest >= len(first):
     where = (f"the header {_show(names)}"
              if has_header else f"the first row ({first_line[:80]!r})")
@@ -364,6 +367,8 @@ def _fields(text_line, invalid, layout):
     return nothing, "", MALFORMED
   if invalid:
     return nothing, "", INVALID_UTF8
+  if layout.label_index is None:
+    return tuple(fields[i] for i in layout.text_indices), "", OK
   label = raw_label(fields[layout.label_index], layout.label_kind)
   if label is None:
     return nothing, "", NOT_A_NUMBER

@@ -52,18 +52,23 @@ def _label_table(label_map, kind):
       default_value=-1)
 
 
-def _finish(ds, label_map, regression=False):
+def _finish(ds, label_map, regression=False, labelled=True):
   """Maps raw labels (strings) through `label_map` (or, for regression, to
   float32 scores) and sets the reasons for bad labels and empty text fields
-  (`empty_text` for the first, `empty_text_pair` for the second).
+  (`empty_text` for the first, `empty_text_pair` for the second). Without
+  labels (`labelled` False: texts to predict) every label is 0.
 
   Works on chunks (every field a vector; text [rows, segments]) so the
   per-row cost is vectorized.
   """
-  table = None if regression else _label_table(label_map, label_kind(label_map))
+  table = None if regression or not labelled else _label_table(
+      label_map, label_kind(label_map))
 
   def fn(index, line, text_, raw_label, reason):
-    if regression:
+    if not labelled:
+      label = tf.zeros_like(reason)
+      unmapped = tf.zeros_like(reason, tf.bool)
+    elif regression:
       usable = tf.equal(reason, 0)
       label = tf.strings.to_number(tf.where(usable, raw_label, "0"), tf.float32)
       unmapped = tf.zeros_like(usable)
@@ -208,7 +213,7 @@ class FileSource:
   label_map: dict
   file_format: str = "auto"
   text_column: str = "text"  # one column, or two comma-separated (a pair)
-  label_column: str = "label"
+  label_column: str = "label"  # '': no labels (texts to predict)
   encoding: str = ""
   member: str = ""
   header: str = "auto"
@@ -273,7 +278,8 @@ class FileSource:
                  tf.TensorSpec([None, segments],
                                tf.string), tf.TensorSpec([None], tf.string),
                  tf.TensorSpec([None], tf.int32))
-    finish = lambda ds: _finish(ds, self.label_map, self.regression)
+    finish = lambda ds: _finish(ds, self.label_map, self.regression,
+                                bool(self.label_column))
     if stripes <= 1:
       return finish(
           tf.data.Dataset.from_generator(rows, output_signature=signature))

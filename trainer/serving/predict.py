@@ -31,6 +31,7 @@ import itertools
 import json
 import sys
 
+from absl import logging
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the preprocessor's ops)
 
@@ -38,46 +39,66 @@ from trainer.base import errors
 from trainer.base import tasks
 from trainer.data import files
 from trainer.data import sources
+from trainer.data import splits
 from trainer.serving import export
 
 # Bad input flags or files: one line, exit code 2 (trainer.cli).
 PredictError = errors.ConfigError
 
 
-def _column(name, header, input_file):
-  if name in header:
-    return header.index(name)
-  if name.isdigit():
-    return int(name)
-  raise PredictError(f"{input_file}: no column {name!r} (--text_column); the "
-                     f"header has {header[:8]}")
-
-
-def read_texts(input_file, text_column="text", quoting="csv", header="auto"):
+def read_texts(input_file,
+               text_column="text",
+               quoting="csv",
+               header="auto",
+               encoding="",
+               file_format="auto"):
   """Yields the texts of `input_file` one by one (streamed): strings, or
-  (text, text_pair) tuples when `text_column` names two columns."""
+  (text, text_pair) tuples when `text_column` names two columns.
+
+  A CSV/TSV (by name or --file_format, Sentiment140's layout included) is
+  read by the reader training and `trainer.evaluate` use, labels not read:
+  the same encoding, header, quoting and layout rules, the same rows
+  skipped (malformed, empty text: counted, and said at the end). Another
+  file holds one text per line."""
   if not tf.io.gfile.exists(input_file):
     raise PredictError(f"--input_file={input_file} does not exist")
-  lower = input_file.lower().removesuffix(".gz")
   names = [n.strip() for n in text_column.split(",")]
-  with files.open_binary(input_file) as f:
-    lines = (line.decode("utf-8-sig", errors="replace") for line in f)
-    if not lower.endswith((".csv", ".tsv")):
-      if len(names) > 1:
-        raise PredictError(f"--input_file={input_file}: sentence pairs need "
-                           "a CSV/TSV with --text_column=a,b")
-      for line in lines:
-        yield line.rstrip("\r\n")
-      return
-    reader = csv.reader(
-        lines,
-        delimiter="\t" if lower.endswith(".tsv") else ",",
-        quoting=csv.QUOTE_NONE if quoting == "none" else csv.QUOTE_MINIMAL)
-    header = [c.strip() for c in next(reader, [])] if header != "no" else []
-    columns = [_column(n, header, input_file) for n in names]
-    for row in reader:
-      texts = tuple(row[i] if i < len(row) else "" for i in columns)
+  lower = input_file.lower().removesuffix(".gz")
+  if file_format == "auto" and not lower.endswith((".csv", ".tsv")):
+    if len(names) > 1:
+      raise PredictError(f"--input_file={input_file}: sentence pairs need "
+                         "a CSV/TSV with --text_column=a,b")
+    yield from _lines(input_file, encoding)
+    return
+  source = sources.FileSource(input_file, {}, file_format, text_column, "",
+                              encoding, "", header, quoting)
+  logging.info("%s: %s", input_file, source.layout().describe())
+  skipped = {}
+  for chunk in splits.Split("input", source).chunks().as_numpy_iterator():
+    for texts, reason in zip(chunk["text"], chunk["reason"]):
+      if reason:
+        name = sources.REASONS[reason]
+        skipped[name] = skipped.get(name, 0) + 1
+        continue
+      texts = tuple(t.decode("utf-8") for t in texts)
       yield texts if len(texts) > 1 else texts[0]
+  if skipped:
+    logging.warning("%s: %d rows skipped, as training skips them (%s)",
+                    input_file, sum(skipped.values()),
+                    ", ".join(f"{k} {v}" for k, v in sorted(skipped.items())))
+
+
+def _lines(input_file, encoding):
+  """One text per line, decoded as data files are (a UTF-8 byte-order mark
+  skipped; --encoding, else UTF-8 unless the start says ISO-8859-1)."""
+  with files.open_binary(input_file) as f:
+    sample = f.read(1 << 20)
+  start = 3 if sample.startswith(b"\xef\xbb\xbf") else 0
+  encoding = encoding or files.detect_encoding(sample[start:])
+  with files.open_binary(input_file) as f:
+    f.read(start)
+    for line in f:
+      yield line.decode(encoding, errors="replace").rstrip("\r\n")
 
 
 def read_tfds(name, split, text_key="", data_dir=""):
@@ -199,6 +220,8 @@ def predict(export_dir,
             text_column="text",
             quoting="csv",
             header="auto",
+            encoding="",
+            file_format="auto",
             tfds_name="",
             split="test",
             text_key="",
@@ -225,7 +248,8 @@ def predict(export_dir,
   if tfds_name:
     rows = read_tfds(tfds_name, split or "test", text_key, data_dir)
   elif input_file:
-    rows = read_texts(input_file, text_column, quoting, header)
+    rows = read_texts(input_file, text_column, quoting, header, encoding,
+                      file_format)
   else:
     rows = list(zip(texts, text_pairs)) if text_pairs else texts
   return predictions(serve, rows, batch_size)
