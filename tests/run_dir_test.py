@@ -5,6 +5,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import time
 
 import pytest
@@ -141,9 +142,11 @@ def test_what_a_resume_may_change():
 
 
 def test_publish_removes_what_a_killed_writer_left(tmp_path):
-  """A temporary folder of a process of this host that is gone (killed
-  here, SIGKILL) goes at the next publish of the same folder; a live
-  writer's and another host's stay."""
+  """A local temporary folder whose writer's lock is free goes at the next
+  publish of the same folder, whatever host name it carries (containers
+  share one); one whose writer holds its lock (a live process, here a
+  child) stays. Without a lock file (an object store's), this host's
+  process that is gone (killed here, SIGKILL) tells; another host's stays."""
   child = subprocess.Popen(["sleep", "60"])
   child.kill()
   child.wait()
@@ -153,28 +156,31 @@ def test_publish_removes_what_a_killed_writer_left(tmp_path):
       "alive": f".tmp-out-{host}-{os.getpid()}-0000bbbb",
       "elsewhere": ".tmp-out-other-host-1-0000cccc",
       "another folder": f".tmp-other-{host}-{child.pid}-0000dddd",
+      "lock free": ".tmp-out-other-host-2-0000eeee",
+      "lock held": ".tmp-out-other-host-3-0000ffff",
   }
   for name in left.values():
     os.makedirs(tmp_path / name)
     (tmp_path / name / "variables.data").write_text("x" * 1000)
-  run_dir.publish_folder(_writer({"DONE": "ok"}), str(tmp_path / "out"), "DONE")
-  assert sorted(os.listdir(tmp_path)) == sorted(
-      ["out", left["alive"], left["elsewhere"], left["another folder"]])
-
-
-def test_a_resume_takes_another_spelling_of_the_same_buckets():
-  saved = dict(config_lib.Config(seq_length=32, seq_buckets="auto").__dict__)
-  again = config_lib.Config(seq_length=32, seq_buckets=" AUTO ")
-  assert run_dir.check_resume(saved, again) == []
-  saved["seq_buckets"] = " 8 , 16 "
-  assert run_dir.check_resume(
-      saved, config_lib.Config(seq_length=32, seq_buckets="8,16,32")) == []
-  with pytest.raises(
-      errors.ConfigError, match="--seq_buckets: ' 8 , 16 ' "
-      "-> '8,24'"):
-    run_dir.check_resume(saved,
-                         config_lib.Config(seq_length=32, seq_buckets="8,24"))
-  with pytest.raises(
-      errors.ConfigError, match="--seq_buckets: ' 8 , 16 ' "
-      "-> 'auto'"):
-    run_dir.check_resume(saved, config_lib.Config(seq_length=32))
+  for key in ("lock free", "lock held"):
+    (tmp_path / left[key] / ".writer.lock").write_text("")
+  holder = subprocess.Popen([
+      sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1]); "
+      "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); "
+      "time.sleep(60)",
+      str(tmp_path / left["lock held"] / ".writer.lock")
+  ],
+                            stdout=subprocess.PIPE,
+                            text=True)
+  try:
+    assert holder.stdout.readline() == "held\n"
+    run_dir.publish_folder(
+        _writer({"DONE": "ok"}), str(tmp_path / "out"), "DONE")
+  finally:
+    holder.kill()
+    holder.wait()
+  assert sorted(os.listdir(tmp_path)) == sorted([
+      "out", left["alive"], left["elsewhere"], left["another folder"],
+      left["lock held"]
+  ])
+  assert sorted(os.listdir(tmp_path / "out")) == ["DONE", "sub"]  # no lock

@@ -3,6 +3,7 @@ counted by its fate, the bad-row limit, the seeded validation carve, TFDS
 splits read whole."""
 
 import csv
+import dataclasses
 import os
 import re
 import zipfile
@@ -409,3 +410,19 @@ def test_a_resume_on_other_data_is_refused_in_one_line():
       errors.ConfigError, match=r"\(validation digest b{16} "
       r"-> d{16}\)"):
     splits_lib.check_same_data(saved, edited, "/runs/a")
+
+
+def test_a_fold_without_a_carve_is_refused(tmp_path):
+  """--validation_fold picks a share of a carve: with --eval_file there is
+  none, and every fold would be the same run."""
+  _write_csv(tmp_path / "d.csv", [(f"row {i}", i % 2) for i in range(20)])
+  path = str(tmp_path / "d.csv")
+  c = config_lib.Config(train_file=path, eval_file=path, validation_fold=1)
+  with pytest.raises(errors.ConfigError) as e:
+    make_splits(c)
+  assert str(e.value) == (
+      f"--validation_fold=1 is invalid: validation is {path}, not carved "
+      "from the training data; leave it 0 (folds need --train_file without "
+      "--eval_file, or a TFDS set without a validation split)")
+  assert make_splits(dataclasses.replace(c,
+                                         eval_file=""))["validation"].fold == 1

@@ -101,9 +101,18 @@ def test_train_and_finish(trained):
 
 def test_a_second_setup_resumes_where_the_first_stopped(trained, demo_paths):
   tmp_path, job, _, _, _ = trained
+  # As a run whose auto buckets an older rule chose: a resume keeps them.
+  record_path = job.run.out.config_json
+  record = json.load(open(record_path))
+  assert record["buckets"] == [8, 16, 32]
+  record["buckets"] = [8, 32]
+  del record["train_group_batches"]
+  json.dump(record, open(record_path, "w"))
   again = train_lib.setup(
       dataclasses.replace(job.run.config, train_steps=12, checkpoint_every=0))
   again.close()
+  assert again.buckets == (8, 32)
+  assert json.load(open(record_path))["train_group_batches"] == 4  # spl 4
   assert again.start_step == 8 and again.state.data_position == 8
   saved = tf.train.load_checkpoint(
       os.path.join(job.run.out.checkpoints, "ckpt-8"))
@@ -368,6 +377,8 @@ def test_early_stopping_keeps_and_restores_the_best_checkpoint(
   assert summary["final_step"] == best["step"] + 2 * 5
   assert summary["best_step"] == best["step"]
   assert best["evals_since_best"] == 2
+  # Steps per bucket are the whole run's, not the restored best one's.
+  assert sum(summary["steps_per_bucket"].values()) == summary["final_step"]
   # What the run reports and exports is the best model.
   assert summary["eval_loss"] == pytest.approx(best["value"], rel=1e-6)
   assert summary["export_dir"].endswith(f"/export/{best['step']}")

@@ -96,7 +96,7 @@ def saved_group_size(record):
   the rule it ran with (min(--steps_per_loop, 5)); None when unknown."""
   if not record:
     return None
-  if "train_group_batches" in record:
+  if record.get("train_group_batches"):
     return record["train_group_batches"]
   if len(record.get("buckets", ())) > 1:
     return min(record.get("config", {}).get("steps_per_loop", 5), 5)

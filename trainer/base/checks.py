@@ -7,10 +7,8 @@ in `trainer.model`. No TensorFlow at import time.
 
 import codecs
 import math
-import numbers
 import os
 import re
-import typing
 
 from trainer.base import buckets
 from trainer.base import config as config_lib
@@ -69,37 +67,11 @@ def path_kind(flag, path):
         "check the path, the network and credentials") from None
 
 
-_KINDS = {
-    int: ("a whole number", lambda v: isinstance(v, numbers.Integral)),
-    float: ("a number", lambda v: isinstance(v, numbers.Real)),
-    str: ("a string", lambda v: isinstance(v, str)),
-    bool: ("True or False", lambda v: False),  # bools pass above
-    type(None): ("None", lambda v: v is None),
-}
-
-
-def _type_error(kind, value):
-  """What is wrong with `value` for a field annotated `kind` (int, float,
-  str, bool or a union of them), or None. A Python API caller can pass any
-  object; the command line's absl flags always give the annotated kind."""
-  kinds = typing.get_args(kind) or (kind,)
-  if isinstance(value, bool):
-    ok = bool in kinds
-  else:
-    ok = any(_KINDS[k][1](value) for k in kinds)
-  if ok:
-    return None
-  wanted = " or ".join(_KINDS[k][0] for k in kinds)
-  return f"must be {wanted}, not {type(value).__name__}"
-
-
 def _check_fields(c):
   """Each field's kind, own choices and rule (the metadata above)."""
+  config_lib.check_kinds(c)
   for name, f in FIELDS.items():
     value = getattr(c, name)
-    wrong = _type_error(f.type, value)
-    if wrong:
-      _fail(name, value, wrong)
     choices = f.metadata["choices"]
     if choices and value not in choices:
       _fail(name, value, f"choose one of {', '.join(choices)}")

@@ -12,6 +12,7 @@ learns from it. No TensorFlow at import time, so
 import dataclasses
 import math
 import os
+import typing
 
 from absl import logging
 
@@ -307,6 +308,38 @@ def changed_fields(c):
   return {name for name, f in FIELDS.items() if getattr(c, name) != f.default}
 
 
+# The kinds a field may hold: exactly Python's (a numpy scalar would fail
+# later, when config.json is written), an int where a float belongs.
+_KINDS = {
+    int: ("a whole number", lambda v: type(v) is int),
+    float: ("a number", lambda v: type(v) in (int, float)),
+    str: ("a string", lambda v: isinstance(v, str)),
+    bool: ("True or False", lambda v: type(v) is bool),
+    type(None): ("None", lambda v: v is None),
+}
+
+
+def _kind_error(kind, value):
+  """What is wrong with `value` for a field annotated `kind` (int, float,
+  str, bool or a union of them), or None. A Python API caller can pass any
+  object; the command line's absl flags always give the annotated kind."""
+  kinds = typing.get_args(kind) or (kind,)
+  if any(_KINDS[k][1](value) for k in kinds):
+    return None
+  wanted = " or ".join(_KINDS[k][0] for k in kinds)
+  return f"must be {wanted}, not {type(value).__name__}"
+
+
+def check_kinds(c):
+  """Raises ConfigError for the first field of `c` of the wrong kind
+  (before anything reads the fields: `complete`, `checks.validate`)."""
+  for f in dataclasses.fields(c):
+    value = getattr(c, f.name)
+    wrong = _kind_error(f.type, value)
+    if wrong:
+      raise errors.ConfigError(f"--{f.name}={value!r} is invalid: {wrong}")
+
+
 def complete(c, given=None, environ=None):
   """Fills the fields the user did not set, as `python -m trainer.main` does.
 
@@ -321,6 +354,7 @@ def complete(c, given=None, environ=None):
     The completed Config: Vertex AI's locations for unset location flags,
     and the demo's defaults for unset fields of a demo run.
   """
+  check_kinds(c)
   given = changed_fields(c) if given is None else set(given)
   environ = os.environ if environ is None else environ
   values = {}

@@ -156,7 +156,8 @@ def publish_folder(write, final, last):
   one, in name order, so the files are copied instead, `last` last. A
   `final` without `last` (the remains of an interrupted copy) is replaced;
   one with `last` (written meanwhile by another process) is an ExportError
-  and stays as it is. Returns final."""
+  and stays as it is. Temporary folders of writers that were killed are
+  removed first (`_remove_abandoned`). Returns final."""
   final = final.rstrip("/")
   parent = os.path.dirname(final) or "."
   tf.io.gfile.makedirs(parent)
@@ -165,6 +166,8 @@ def publish_folder(write, final, last):
   tmp = os.path.join(
       parent, f"{prefix}{socket.gethostname()}-{os.getpid()}-"
       f"{uuid.uuid4().hex[:8]}")
+  local = "://" not in final or final.startswith("file://")
+  writer = _hold_writer(tmp) if local else None
   try:
     write(tmp)
     if tf.io.gfile.exists(os.path.join(final, last)):
@@ -172,8 +175,9 @@ def publish_folder(write, final, last):
                                "meanwhile; remove it to write it again")
     if tf.io.gfile.exists(final):
       remove_quietly(final)
-    if "://" not in final or final.startswith("file://"):
+    if local:
       tf.io.gfile.rename(tmp, final)
+      os.remove(os.path.join(final, _WRITER))  # still held: moved with it
       return final
     files = []
     for folder, _, names in tf.io.gfile.walk(tmp):
@@ -185,32 +189,68 @@ def publish_folder(write, final, last):
       tf.io.gfile.copy(src, dst, overwrite=True)
   finally:
     remove_quietly(tmp)
+    if writer:
+      writer.close()
   return final
+
+
+# A local temporary folder holds this file, flock()ed by its writer while
+# it writes: the kernel drops the lock when the writer dies (SIGKILL too),
+# whatever its pid namespace or host name.
+_WRITER = ".writer.lock"
+
+
+def _hold_writer(tmp):
+  os.makedirs(tmp)
+  f = open(os.path.join(tmp, _WRITER), "w", encoding="utf-8")
+  fcntl.flock(f, fcntl.LOCK_EX)
+  return f
+
+
+def _writer_gone(folder):
+  """Whether the writer of the local temporary `folder` is gone: its lock
+  file can be locked (None: the folder has none)."""
+  try:
+    f = open(os.path.join(folder, _WRITER), encoding="utf-8")
+  except OSError:
+    return None
+  with f:
+    try:
+      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+      return False
+    return True
 
 
 def _remove_abandoned(parent, prefix):
   """Removes the temporary folders `prefix`<host>-<pid>-<id> in `parent`
-  that a killed writer of this host left (its process is gone): a killed
-  export's 30-90 MB would otherwise stay forever. Another host's are left
-  alone: whether it still writes cannot be told from here."""
+  that a killed writer left: a killed export's 30-90 MB would otherwise
+  stay forever. Locally the writer's lock file tells (`_WRITER`); on an
+  object store, a writer of this host whose process is gone (another
+  host's are left: whether it still writes cannot be told from here)."""
   try:
     names = tf.io.gfile.listdir(parent)
   except tf.errors.OpError:
     return
-  host = socket.gethostname()
+  host, local = socket.gethostname(), "://" not in parent
   for name in names:
-    parts = name.rstrip("/")[len(prefix):].rsplit("-", 2)
-    if (not name.startswith(prefix) or len(parts) != 3 or parts[0] != host or
-        not parts[1].isdigit()):
+    name = name.rstrip("/")
+    parts = name[len(prefix):].rsplit("-", 2)
+    if not name.startswith(prefix) or len(parts) != 3:
       continue
-    try:
-      os.kill(int(parts[1]), 0)
-    except ProcessLookupError:
-      logging.info("Removing %s, left by a killed export (pid %s)", name,
-                   parts[1])
-      remove_quietly(os.path.join(parent, name.rstrip("/")))
-    except (PermissionError, OverflowError):
-      pass  # alive (another user's), or not a pid
+    folder = os.path.join(parent, name)
+    gone = _writer_gone(folder) if local else None
+    if gone is None and parts[0] == host and parts[1].isdigit():
+      try:
+        os.kill(int(parts[1]), 0)
+        gone = False
+      except ProcessLookupError:
+        gone = True
+      except (PermissionError, OverflowError):
+        gone = False  # alive (another user's), or not a pid
+    if gone:
+      logging.info("Removing %s, left by a killed export", folder)
+      remove_quietly(folder)
 
 
 def read_json(path):

@@ -198,6 +198,18 @@ def _file_source(task, data, path, split, label_map=None):
 def make_splits(task, data):
   """Returns {"train": Split, "validation": Split[, "test": Split]} of the
   Task `task` read per DataSpec `data`."""
+  splits = _make_splits(task, data)
+  validation = splits["validation"]
+  if data.validation_fold and validation.holdout is None:
+    raise errors.ConfigError(
+        f"--validation_fold={data.validation_fold} is invalid: validation "
+        f"is {validation.source.describe()}, not carved from the training "
+        "data; leave it 0 (folds need --train_file without --eval_file, or "
+        "a TFDS set without a validation split)")
+  return splits
+
+
+def _make_splits(task, data):
   carved = (data.validation_fraction, data.seed, data.validation_fold)
 
   def carve(source):

@@ -208,13 +208,19 @@ def _length_histogram(c, split, packer, out):
   return histogram
 
 
-def _buckets(c, split, packer, rows_used, out):
+def _buckets(c, split, packer, rows_used, out, saved=None):
   """(--seq_buckets resolved: the bucket lengths, the training examples in
-  each): `auto` chosen from the measured lengths of the training split."""
+  each): `auto` chosen from the measured lengths of the training split, or
+  for a resume the buckets the run chose (`saved`, its config.json: a
+  newer rule must not change a run's batches)."""
   spec = buckets_lib.parse(c.seq_buckets, c.seq_length)
   if spec == (c.seq_length,):
     return spec, [rows_used]
   histogram = _length_histogram(c, split, packer, out)
+  if spec == buckets_lib.AUTO and saved and saved.get("buckets"):
+    spec = tuple(saved["buckets"])
+    if spec == (c.seq_length,):
+      return spec, [rows_used]
   chosen = buckets_lib.choose(
       histogram, c.batch_size) if spec == buckets_lib.AUTO else spec
   logging.info("Length buckets (--seq_buckets=%s): %s", c.seq_buckets,
@@ -265,7 +271,8 @@ def _write_config(run, plan, strategy, route, layer_rates, data):
           task=run.task.to_json(),
           data=splits_lib.fingerprint(counts),
           buckets=list(buckets),
-          train_group_batches=group,
+          # With one bucket the group does not order anything.
+          train_group_batches=group if len(buckets) > 1 else None,
           plan=plan.durations(),
           replicas=strategy.num_replicas_in_sync,
           jit_compile=route.jit_compile,
@@ -393,7 +400,7 @@ def _build(run, strategy, signals):
   splits_lib.check_same_data((saved or {}).get("data"), counts, c.model_dir)
   packer = preprocessing.make_packer(preprocessor, c.seq_length)
   buckets, in_buckets = _buckets(c, splits["train"], packer,
-                                 counts["train"]["rows_used"], run.out)
+                                 counts["train"]["rows_used"], run.out, saved)
   # The order of a bucketed epoch depends on the group: a resume keeps the
   # run's (`buckets.GROUP_BATCHES`), whatever --steps_per_loop is now.
   group = buckets_lib.group_size(c.steps_per_loop, buckets,

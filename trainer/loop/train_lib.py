@@ -39,8 +39,9 @@ def train(job):
     getattr(job.trainer, "close", lambda: None)()  # the profiler
 
 
-def summarize(job, result, metrics, final_step):
-  """The summary.json of a finished run (test metrics added by `finish`)."""
+def summarize(job, result, metrics, final_step, steps_per_bucket):
+  """The summary.json of a finished run (test metrics added by `finish`);
+  `steps_per_bucket` {bucket length: steps} over the whole run."""
   best, counts = job.best, job.counts
   summary = dict(
       final_step=final_step,
@@ -58,8 +59,7 @@ def summarize(job, result, metrics, final_step):
       precision=job.route.precision,
       buckets=list(job.buckets),
       steps_per_bucket={
-          str(k): v for k, v in sorted(
-              getattr(job.trainer, "steps_per_length", {}).items())
+          str(k): v for k, v in sorted(steps_per_bucket.items())
       })
   summary.update(_prefixed("eval_", metrics))
   summary.update({
@@ -114,6 +114,8 @@ def finish(job, result):
   state, best, out = job.state, job.best, job.run.out
   state.save_unless_saved()
   final_step = state.step
+  # Counted in the state: read before the best checkpoint replaces it.
+  steps_per_bucket = dict(getattr(job.trainer, "steps_per_length", {}))
   metrics = job.evaluations.at(final_step)
   if best.step not in (None, final_step):
     # The model the run hands over (and exports) is the best one.
@@ -121,7 +123,7 @@ def finish(job, result):
     logging.info("Restored the best checkpoint %s (step %d)", best.latest,
                  state.step)
     metrics = job.evaluator.evaluate()
-  summary = summarize(job, result, metrics, final_step)
+  summary = summarize(job, result, metrics, final_step, steps_per_bucket)
   if job.counts.get("test", {}).get("rows_used"):
     summary.update(_prefixed("test_", job.evaluator.evaluate_split("test")))
   for writer in job.writers.values():
