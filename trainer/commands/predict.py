@@ -45,9 +45,8 @@ def main(flag_values):
 COMMAND = cli.Command(
     "trainer.predict",
     main,
-    config_flags=("text_column", "quoting", "header", "encoding",
-                  "file_format", "tfds_name", "text_key", "data_dir",
-                  "batch_size"),
+    config_flags=("text_column", "quoting", "header", "encoding", "file_format",
+                  "tfds_name", "text_key", "data_dir", "batch_size"),
     command_flags=("export_dir", "text", "text_pair", "input_file", "split",
                    "output_file"),
     required=("export_dir",),
