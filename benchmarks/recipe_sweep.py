@@ -170,9 +170,27 @@ def table(runs, stats, baseline, flagfile):
   lines.append(f"Command per run: `python -m trainer.main "
                f"{base}{' '.join(FIXED)} <row's flags> <repetition's "
                f"--seed/--validation_fold> --model_dir=<work_dir>/<row>-<rep>`"
-               f"; machine: {platform.processor() or platform.machine()}, "
-               f"{os.cpu_count()} cores.")
+               f"; machine: {machine()}.")
   return "\n".join(lines)
+
+
+def machine():
+  """The machine line: the CPU's model name and vector units, cores."""
+  name, flags = platform.machine(), set()
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+          name = value.strip()
+        elif key.strip() == "flags":
+          flags = set(value.split())
+  except OSError:
+    pass
+  units = [
+      u for u in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if u in flags
+  ]
+  return f"{name} ({', '.join(units) or 'no AVX2'}), {os.cpu_count()} cores"
 
 
 def write(work_dir, runs, stats, baseline, flagfile):
