@@ -205,3 +205,35 @@ def test_adamw_with_layer_rates_matches_numpy_reference():
       factors=factors)
   for var, ref in zip(variables, want):
     np.testing.assert_allclose(var.numpy(), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_the_moving_average_follows_each_update_and_swaps_exactly():
+  """--ema_decay=0.5: after update t (1-based) the average is
+  d_t * previous + (1 - d_t) * the new weights, d_t = min(0.5, t / (t + 9))
+  (0.1, 2/11, 0.25, 4/13, 1/3, 0.4, 7/16, 8/17, 0.5, 0.5), from the
+  initial weights; the weights themselves follow plain AdamW; two swaps give
+  back both exactly."""
+  rng = np.random.default_rng(1)
+  init = [rng.normal(size=(3, 2)).astype(np.float32)]
+  schedule = optimization.WarmupLinearDecay(
+      0.05, total_steps=10, warmup_steps=2)
+  plain = [tf.Variable(x) for x in init]
+  averaged = [tf.Variable(x) for x in init]
+  reference = optimization.AdamW(plain, schedule)
+  opt = optimization.AdamW(averaged, schedule, ema_decay=0.5)
+  assert reference.ema == [] and len(opt.ema) == 1
+  want = init[0].astype(np.float64)
+  for t in range(1, 11):
+    grads = [tf.constant(rng.normal(size=(3, 2)).astype(np.float32))]
+    reference.apply(grads)
+    opt.apply(grads)
+    np.testing.assert_array_equal(averaged[0].numpy(), plain[0].numpy())
+    d = min(0.5, t / (t + 9))
+    want = d * want + (1 - d) * averaged[0].numpy()
+    np.testing.assert_allclose(opt.ema[0].numpy(), want, rtol=1e-6)
+  weights, average = averaged[0].numpy(), opt.ema[0].numpy()
+  opt.swap_average()
+  np.testing.assert_array_equal(averaged[0].numpy(), average)
+  opt.swap_average()
+  np.testing.assert_array_equal(averaged[0].numpy(), weights)
+  np.testing.assert_array_equal(opt.ema[0].numpy(), average)

@@ -526,7 +526,8 @@ def test_a_bucketed_resume_with_other_steps_per_loop_is_bit_identical(
       checkpoint_every=7,
       eval_every=0,
       deterministic=True,
-      seq_buckets="7,32")
+      seq_buckets="7,32",
+      ema_decay=0.9)  # the moving average resumes exactly too
   whole, record = _train_until(
       _config(tmp_path / "whole", demo_paths, steps_per_loop=2, **common))
   assert record["buckets"] == [7, 32] and record["train_group_batches"] == 5
@@ -536,6 +537,8 @@ def test_a_bucketed_resume_with_other_steps_per_loop_is_bit_identical(
   assert saved.model_checkpoint_path.endswith("ckpt-9")
   resumed, _ = _train_until(dataclasses.replace(split, steps_per_loop=10))
   assert len(whole) > 100 and sorted(whole) == sorted(resumed)
+  assert sum(k.startswith("optimizer/ema/") for k in whole) == sum(
+      k.startswith("optimizer/m/") for k in whole)
   different = [k for k in whole if not np.array_equal(whole[k], resumed[k])]
   assert not different
   # The steps per bucket add up over both attempts: 14 in all.
@@ -576,3 +579,39 @@ def test_a_resume_on_a_grown_training_file_is_refused(tmp_path, demo_paths):
       r"with, or use a new --model_dir; nothing was changed", str(e.value))
   assert open(os.path.join(c.model_dir, "config.json")).read() == before
   assert sorted(os.listdir(os.path.join(c.model_dir, "checkpoints"))) == saved
+
+
+def test_the_moving_average_is_what_evals_and_exports_use(
+    tmp_path, demo_paths, command):
+  """--ema_decay: the export at the end and `trainer.export` from the
+  checkpoint serve the averaged weights alike, the raw weights score
+  otherwise, and `trainer.evaluate` of the run's checkpoint gives the
+  run's own eval (the average's)."""
+  c = _config(
+      tmp_path,
+      demo_paths,
+      ema_decay=0.8,
+      export=True,
+      eval_every=0,
+      checkpoint_every=0)
+  summary = train_lib.run(c)
+  texts = tf.constant(["what a great day", "awful service", "meh"])
+  at_end = tf.saved_model.load(summary["export_dir"])
+  again = tf.saved_model.load(
+      export.export_run(c.model_dir, export_base_dir=str(tmp_path / "again")))
+  probabilities = [
+      m.signatures["serving_default"](text=texts)["probabilities"].numpy()
+      for m in (at_end, again)
+  ]
+  np.testing.assert_allclose(probabilities[0], probabilities[1], atol=1e-6)
+  raw = dataclasses.replace(export.read_run_config(c.model_dir), ema_decay=0.0)
+  preprocessor, model, _, _ = export.load_classifier(raw)
+  served = export.serving_module(model, preprocessor, c.seq_length,
+                                 tasks.resolve(raw))
+  raw_probabilities = served.serve(texts)["probabilities"].numpy()
+  assert np.abs(raw_probabilities - probabilities[0]).max() > 1e-4
+  scored = command("evaluate", f"--model_dir={c.model_dir}",
+                   "--split=validation")
+  assert scored.returncode == 0, scored.stderr
+  assert json.loads(scored.stdout)["accuracy"] == pytest.approx(
+      summary["eval_accuracy"], abs=1e-6)

@@ -223,6 +223,11 @@ class Config:
   dropout_rate: float = _tunable(
       0.1, "Classifier head dropout.", None,
       (_finite(lambda v: 0.0 <= v < 1.0), "must be in [0, 1)"))
+  ema_decay: float = _flag(
+      0.0, "Exponential moving average of the weights with this decay (e.g. "
+      "0.999; 0 = off): evals, the best checkpoint's metric and exports use "
+      "the average, training the raw weights; both are checkpointed.", None,
+      (_finite(lambda v: 0.0 <= v < 1.0), "must be in [0, 1) (0 = off)"))
   pooling: str = _flag(
       "cls", "The head's input: cls = the encoder's pooled_output; mean = "
       "the mean of sequence_output over real tokens (sentence-transformers).",

@@ -258,7 +258,8 @@ def _state(c, strategy, encoder, plan, out, route):
       keep=c.keep_checkpoints,
       layer_decay=c.layer_decay,
       loss_scaling=route.loss_scaling,
-      io_device=distribute.io_device(strategy))
+      io_device=distribute.io_device(strategy),
+      ema_decay=c.ema_decay)
 
 
 def _write_config(run, plan, strategy, route, layer_rates, data):
@@ -361,7 +362,9 @@ def _evaluator(c, strategy, state, task, data):
               name: dataset(split)
               for name, split in splits.items()
               if name.startswith("validation") or name == "test"
-          }, task.metrics)
+          },
+      task.metrics,
+      weights=state.averaged)
 
 
 def _actions(c, task, run, plan, state, evaluator, signals):

@@ -97,9 +97,10 @@ def _export(job):
                  target)
     return target
   c = job.run.config
-  export_lib.write(
-      _serving_model(job), job.preprocessor, c.seq_length, job.run.task, target,
-      job.state.io_device, job.buckets)
+  with job.state.averaged():  # --ema_decay: the average is what serves
+    export_lib.write(
+        _serving_model(job), job.preprocessor, c.seq_length, job.run.task,
+        target, job.state.io_device, job.buckets)
   logging.info("Exported the model of step %d to %s", job.state.step, target)
   return target
 

@@ -14,6 +14,7 @@ each validation split, its metrics. `Profiled` wraps a trainer with
 --profile_steps' profiler, around exactly the loops of the window.
 """
 
+import contextlib
 import time
 
 from absl import logging
@@ -174,16 +175,21 @@ class Evaluator:
       eval dataset (every example once)}; "validation", and for MNLI
       "validation_mismatched" beside it.
     metric_names: what evals report beside loss (the Task's metrics).
+    weights: a context in which the model holds the weights to evaluate
+      (default: as they are).
   """
 
-  def __init__(self, eval_loop, datasets, metric_names):
+  def __init__(self, eval_loop, datasets, metric_names, weights=None):
     self._eval_loop, self.datasets = eval_loop, datasets
     self.metric_names = tuple(metric_names)
+    self._weights = weights or contextlib.nullcontext
 
   def evaluate_split(self, name):
-    """The metrics of one pass over split `name` (`train_step.evaluate`)."""
-    return train_step.evaluate(self._eval_loop, self.datasets[name](),
-                               self.metric_names)
+    """The metrics of one pass over split `name` (`train_step.evaluate`),
+    inside `weights()` (the state's `averaged`: --ema_decay's average)."""
+    with self._weights():
+      return train_step.evaluate(self._eval_loop, self.datasets[name](),
+                                 self.metric_names)
 
   def evaluate(self):
     """Validation's metrics, and beside them those of each other validation

@@ -104,6 +104,26 @@ def misfit(path, model, encoder):
   return None
 
 
+def load_average(path, model):
+  """Puts the moving average of the weights (--ema_decay: AdamW's `ema`,
+  one per trainable variable in order) of the checkpoint at `path` into
+  `model` (a Classifier): what evals and exports of that run use."""
+  reader = tf.train.load_checkpoint(path)
+  for i, var in enumerate(model.trainable_variables):
+    key = f"optimizer/ema/{i}/.ATTRIBUTES/VARIABLE_VALUE"
+    if not reader.has_tensor(key):
+      raise errors.CheckpointError(
+          f"{path} holds no moving average of the weights (--ema_decay), "
+          "though the run's config.json sets it; export another checkpoint "
+          "of the run")
+    value = reader.get_tensor(key)
+    if list(value.shape) != var.shape.as_list():
+      raise errors.CheckpointError(
+          f"{path}: the moving average of {var.name} is {list(value.shape)}, "
+          f"the model's {var.shape.as_list()}")
+    var.assign(value)
+
+
 def exist(directory):
   """Whether `directory` holds any checkpoint file (intact or not)."""
   return bool(tf.io.gfile.glob(os.path.join(directory, "ckpt-*")))

@@ -7,6 +7,8 @@ variables) or a pure function of (seed, step), so a run resumed from a
 checkpoint continues exactly as an uninterrupted one.
 """
 
+import contextlib
+
 from absl import logging
 import tensorflow as tf
 
@@ -39,7 +41,8 @@ class TrainState:
                keep,
                layer_decay=1.0,
                loss_scaling=False,
-               io_device=None):
+               io_device=None,
+               ema_decay=0.0):
     """Creates the state.
 
     Args:
@@ -48,6 +51,7 @@ class TrainState:
       schedule, weight_decay, clip_norm, layer_decay: AdamW's and the
         layer-wise rate decay's (`optimization`, `layer_decay`; 1 = off).
       loss_scaling: keep float16's `optimization.LossScale` (checkpointed).
+      ema_decay: keep a moving average of the weights (`averaged`; 0 off).
       directory, keep: where this process writes its rolling checkpoints,
         how many it keeps.
       io_device: where the checkpoint files are read and written (a TPU's
@@ -64,7 +68,8 @@ class TrainState:
           schedule,
           weight_decay=weight_decay,
           clip_norm=clip_norm,
-          rate_multipliers=factors)
+          rate_multipliers=factors,
+          ema_decay=ema_decay)
       # Batches skipped after non-finite losses: the data position is
       # step + data_skip, saved with the weights.
       self.data_skip = tf.Variable(
@@ -141,6 +146,20 @@ class TrainState:
                                       self.data_skip, loss_scale, bucket_steps)
     checkpoint.restore(
         path, options=self.options).assert_existing_objects_matched()
+
+  @contextlib.contextmanager
+  def averaged(self):
+    """The model holds the moving average of its weights inside (with
+    --ema_decay; else it is left as it is): what evals and exports use.
+    Nothing may save or train inside."""
+    if not self.optimizer.ema:
+      yield
+      return
+    self.optimizer.swap_average()
+    try:
+      yield
+    finally:
+      self.optimizer.swap_average()
 
   def add_bucket_steps(self, steps):
     """Counts `steps` ({bucket index: steps}) as trained."""

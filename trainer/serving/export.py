@@ -177,6 +177,8 @@ def load_classifier(c, checkpoint="", io_device=None):
   options = tf.train.CheckpointOptions(experimental_io_device=io_device)
   ckpt.restore(
       path, options=options).expect_partial().assert_existing_objects_matched()
+  if c.ema_decay:
+    checkpoints.load_average(path, model)
   return preprocessor, model, path, int(step.numpy())
 
 
