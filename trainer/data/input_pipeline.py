@@ -10,12 +10,7 @@ stream from the source through a bounded shuffle buffer.
 
 import tensorflow as tf
 
-
-def _one_text(chunk):
-  """A chunk whose text [rows, 1] is squeezed to [rows]."""
-  if chunk["text"].shape[1] != 1:
-    return chunk
-  return dict(chunk, text=chunk["text"][:, 0])
+from trainer.data import splits
 
 
 def usable_rows(split, stripes=1):
@@ -25,7 +20,7 @@ def usable_rows(split, stripes=1):
 
   def usable(chunk):
     mask = tf.equal(chunk["reason"], 0)
-    texts = tf.boolean_mask(_one_text(chunk)["text"], mask)
+    texts = tf.boolean_mask(splits.one_text(chunk)["text"], mask)
     label = tf.boolean_mask(chunk["label"], mask)
     if not label.dtype.is_floating:
       label = tf.cast(label, tf.int32)
@@ -50,6 +45,13 @@ def _pack_batch(packer):
   return fn
 
 
+def bucket_of(edges, lengths):
+  """int32 edges [buckets] ascending, int32 lengths [n] -> the index of the
+  smallest bucket holding each length: where training, eval and serving
+  put an example."""
+  return tf.searchsorted(edges, lengths, side="left")
+
+
 def _measured(packer, buckets):
   """(texts, labels) -> the packed rows (at --seq_length) with `length`
   (tokens incl. [CLS]/[SEP]) and `bucket`, the index of the smallest bucket
@@ -61,8 +63,7 @@ def _measured(packer, buckets):
     features = pack(texts, labels)
     length = tf.reduce_sum(features["input_mask"], axis=1)
     features["length"] = length
-    features["bucket"] = tf.cast(
-        tf.searchsorted(edges, length, side="left"), tf.int64)
+    features["bucket"] = tf.cast(bucket_of(edges, length), tf.int64)
     return features
 
   return fn

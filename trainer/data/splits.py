@@ -27,8 +27,9 @@ _HEAD_ROWS = 2000
 _BUCKETS = 10_000
 
 
-def _one_text(chunk):
-  """A chunk whose text [rows, 1] is squeezed to [rows]."""
+def one_text(chunk):
+  """A chunk whose text [rows, 1] is squeezed to [rows] (one text field;
+  a pair's [rows, 2] stays)."""
   if chunk["text"].shape[1] != 1:
     return chunk
   return dict(chunk, text=chunk["text"][:, 0])
@@ -105,7 +106,7 @@ class Split:
   def records(self, stripes=1):
     """One record per row: dict of scalars, `text` a string (one text
     field) or a [2] vector (a pair), as `usable_rows` gives them."""
-    return self.chunks(stripes).map(_one_text).unbatch()
+    return self.chunks(stripes).map(one_text).unbatch()
 
   def describe(self):
     part = ""

@@ -34,6 +34,7 @@ from trainer.base import config as config_lib
 from trainer.base import errors
 from trainer.base import run_dir
 from trainer.base import tasks
+from trainer.data import input_pipeline
 from trainer.data import preprocessing
 from trainer.model import checkpoints
 from trainer.model import classifier as model_lib
@@ -98,7 +99,7 @@ def bucketed_packer(pack, buckets):
     inputs = pack(strings)
     longest = tf.reduce_max(
         tf.concat([tf.reduce_sum(inputs["input_mask"], axis=1), [0]], 0))
-    length = tf.gather(edges, tf.searchsorted(edges, [longest]))[0]
+    length = tf.gather(edges, input_pipeline.bucket_of(edges, [longest]))[0]
     return {k: v[:, :length] for k, v in inputs.items()}
 
   return packed
