@@ -159,8 +159,9 @@ def _second_trainer(work):
   return code if first_ok else -1, seconds, stderr
 
 
-def _signal_during(after_line):
-  """A run that gets SIGTERM once its log shows `after_line`, then resumes."""
+def _signal_during(after_line, signals=(signal.SIGTERM,)):
+  """A run that gets `signals` (0.2 s apart) once its log shows
+  `after_line`, then resumes."""
 
   def drill(work):
     model_dir = work.path("run")
@@ -173,7 +174,9 @@ def _signal_during(after_line):
     for line in proc.stderr:
       seen.append(line)
       if after_line in line:
-        proc.send_signal(signal.SIGTERM)
+        for i, sig in enumerate(signals):
+          time.sleep(0.2 if i else 0)
+          proc.send_signal(sig)
         break
     seen.append(proc.communicate(timeout=TIME_LIMIT)[1])
     seconds = time.monotonic() - start
@@ -285,28 +288,6 @@ def _killed_export(work):
   code, seconds, stderr = run_command(argv)
   still = [n for n in os.listdir(target) if n.startswith(".tmp-")]
   return (code if left and not still else -1), seconds, stderr
-
-
-def _sigint_twice(work):
-  """Ctrl-C twice mid-training: the run saves and stops as on one."""
-  model_dir = work.path("run")
-  proc = subprocess.Popen(
-      _command("main", f"--model_dir={model_dir}",
-               *_demo("--train_steps=400", "--checkpoint_every=0")),
-      cwd=ROOT,
-      env=_env(),
-      stderr=subprocess.PIPE,
-      text=True)
-  start, seen = time.monotonic(), []
-  for line in proc.stderr:
-    seen.append(line)
-    if "step 10/400" in line:
-      proc.send_signal(signal.SIGINT)
-      time.sleep(0.2)
-      proc.send_signal(signal.SIGINT)
-      break
-  seen.append(proc.communicate(timeout=TIME_LIMIT)[1])
-  return proc.returncode, time.monotonic() - start, "".join(seen)
 
 
 @dataclasses.dataclass
@@ -540,7 +521,7 @@ DRILLS = [
         "Ctrl-C twice mid-training",
         75,
         "SIGINT received: stopped after",
-        special=_sigint_twice),
+        special=_signal_during("step 10/40", (signal.SIGINT, signal.SIGINT))),
     Drill("gs:// training file offline", 2,
           "--train_file=gs://no-bucket-xyz/d.csv: cannot reach it",
           lambda w: _command("main", "--train_file=gs://no-bucket-xyz/d.csv")),
