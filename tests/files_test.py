@@ -16,6 +16,7 @@ from conftest import SHARED_CSV
 from trainer.base import errors
 from trainer.data import files
 from trainer.data import sources
+from trainer.data import counts as counts_lib
 from trainer.data import splits as splits_lib
 
 LONG = "word " * 20_000  # 100,000 characters
@@ -124,7 +125,7 @@ def _used(source, field):
 
 
 def _read(source):
-  counts = splits_lib.count(splits_lib.Split("s", source))
+  counts = counts_lib.count(splits_lib.Split("s", source))
   return counts, [t.decode() for t in _used(source, "text")]
 
 
@@ -184,7 +185,7 @@ def test_shared_sentiment140_sample_end_to_end():
   layout = source.layout()
   assert (layout.file_format, layout.has_header,
           layout.encoding) == ("sentiment140", True, "utf-8")
-  counts = splits_lib.count(splits_lib.Split("all", source))
+  counts = counts_lib.count(splits_lib.Split("all", source))
   assert counts["rows_read"] == 20_000
   assert counts["rows_used"] + sum(counts["rejected"].values()) == 20_000
   labels = collections.Counter(_used(source, "label"))
@@ -201,7 +202,7 @@ def _source(path, label_map=None):
 def _counts(source):
   """The counts of a whole source, its content digest (splits_test checks
   it) left out."""
-  counts = splits_lib.count(splits_lib.Split("s", source))
+  counts = counts_lib.count(splits_lib.Split("s", source))
   assert re.fullmatch("[0-9a-f]{16}", counts.pop("digest"))
   return counts
 

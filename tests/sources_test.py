@@ -15,7 +15,7 @@ from conftest import SHARED_CSV
 from splits_test import tfds_split
 from trainer.base import config as config_lib
 from trainer.base import errors
-from trainer.data import splits as splits_lib
+from trainer.data import counts as counts_lib
 
 
 def _original_zip_layout(path):
@@ -72,7 +72,7 @@ def test_the_real_tfds_builder_prepares_sentiment140_offline(tmp_path, command):
   # `trainer.evaluate --tfds_name --split=NAME` reads a split whole.
   c = config_lib.Config(
       tfds_name="sentiment140", data_dir=str(tmp_path / "tfds"))
-  test = splits_lib.count(tfds_split(c, "test"))
+  test = counts_lib.count(tfds_split(c, "test"))
   assert test["rows_read"] == 400
   with pytest.raises(errors.ConfigError) as info:
     tfds_split(c, "validation")

@@ -23,6 +23,7 @@ from trainer.base import errors
 from trainer.base import tasks
 from trainer.data import input_pipeline
 from trainer.data import sources
+from trainer.data import counts as counts_lib
 from trainer.data import splits as splits_lib
 
 
@@ -35,7 +36,7 @@ def _write_csv(path, rows):
 
 def _count(split, **kwargs):
   """`count` without the content digest (tested on its own below)."""
-  counts = splits_lib.count(split, **kwargs)
+  counts = counts_lib.count(split, **kwargs)
   assert re.fullmatch("[0-9a-f]{16}", counts.pop("digest"))
   return counts
 
@@ -79,16 +80,16 @@ def test_too_many_bad_rows_stop_with_file_count_reason_and_lines(tmp_path):
   path = tmp_path / "d.csv"
   path.write_text("text,label\n" + "\n".join(rows) + "\n")
   split = splits_lib.Split("train", sources.FileSource(str(path), {0: 0, 1: 1}))
-  counts = splits_lib.count(split)
+  counts = counts_lib.count(split)
   assert counts["rejected"] == {"malformed_row": 10}
   with pytest.raises(sources.DataError) as info:
-    splits_lib.check_bad_fraction(split, counts, 0.01)
+    counts_lib.check_bad_fraction(split, counts, 0.01)
   message = str(info.value)
   assert str(path) in message
   assert "10 of 100 rows rejected (malformed_row: 10)" in message
   assert "--max_bad_fraction=0.01" in message
   assert "e.g. lines 92, 93, 94" in message
-  splits_lib.check_bad_fraction(split, counts, 0.2)  # under the limit
+  counts_lib.check_bad_fraction(split, counts, 0.2)  # under the limit
 
 
 def _mock(rows_by_split):
@@ -106,7 +107,7 @@ def test_tfds_imdb_reviews_default_keys_and_identity_labels():
   with _mock({"train": rows, "test": rows}):
     c = config_lib.Config(tfds_name="imdb_reviews")
     splits = make_splits(c)
-    counts = {k: splits_lib.count(v) for k, v in splits.items()}
+    counts = {k: counts_lib.count(v) for k, v in splits.items()}
   assert counts["train"]["rows_used"] + counts["validation"]["rows_used"] == 60
   assert not counts["train"]["rejected"]
 
@@ -164,7 +165,7 @@ def test_tfds_sentiment140_maps_0_4_and_excludes_neutral():
   with _mock_sentiment140(polarities):
     c = config_lib.Config(tfds_name="sentiment140", validation_fraction=0.2)
     split = make_splits(c)
-    counts = {k: splits_lib.count(v) for k, v in split.items()}
+    counts = {k: counts_lib.count(v) for k, v in split.items()}
     labels = [
         int(r["label"])
         for r in split["train"].records()
@@ -249,10 +250,10 @@ def test_a_word_label_outside_the_map_is_a_broken_row(tmp_path):
       num_classes=3,
       label_map="entailment:0,neutral:1,contradicton:2")
   split = make_splits(c)["validation"]
-  counts = splits_lib.count(split, num_classes=3)
+  counts = counts_lib.count(split, num_classes=3)
   assert counts["rejected"] == dict(label_not_in_map=10)
   with pytest.raises(errors.DataError, match="label_not_in_map: 10"):
-    splits_lib.check_bad_fraction(split, counts, 0.01)
+    counts_lib.check_bad_fraction(split, counts, 0.01)
 
 
 GLUE = os.path.join(os.path.dirname(ROOT), "shared", "data", "glue")
@@ -321,10 +322,10 @@ def test_glue_tsv_quotes_are_plain_characters_only_with_quoting_none():
       text_column="#1 String,#2 String",
       label_column="Quality")
   split = make_splits(config_lib.Config(**flags))["validation"]
-  quoted = splits_lib.count(split)
+  quoted = counts_lib.count(split)
   assert quoted["rows_used"] < 3668 and quoted["rejected"]["malformed_row"]
   with pytest.raises(Exception, match="needs --quoting=none"):
-    splits_lib.check_bad_fraction(split, quoted, 0.01)
+    counts_lib.check_bad_fraction(split, quoted, 0.01)
 
 
 def test_validation_folds_partition_the_rows(tmp_path):
@@ -376,7 +377,7 @@ def test_the_digest_follows_content_not_the_file(tmp_path):
   _write_csv(tmp_path / "a.csv", rows)
 
   def digest(name):
-    return splits_lib.count(_split(tmp_path / name))["digest"]
+    return counts_lib.count(_split(tmp_path / name))["digest"]
 
   base = digest("a.csv")
   os.makedirs(tmp_path / "copy")
@@ -393,14 +394,14 @@ def test_a_resume_on_other_data_is_refused_in_one_line():
       train=dict(rows_read=1500, rows_used=1400, digest="a" * 16, rejected={}),
       validation=dict(rows_read=150, rows_used=140, digest="b" * 16),
       test=dict(rows_read=9, rows_used=9, digest="c" * 16))
-  saved = splits_lib.fingerprint(counts)
+  saved = counts_lib.fingerprint(counts)
   assert sorted(saved) == ["train", "validation"]  # a test file may change
-  splits_lib.check_same_data(saved, counts, "/runs/a")
-  splits_lib.check_same_data(None, counts, "/runs/a")  # a run from before
+  counts_lib.check_same_data(saved, counts, "/runs/a")
+  counts_lib.check_same_data(None, counts, "/runs/a")  # a run from before
   grown = dict(counts, train=dict(counts["train"], rows_read=3000))
   edited = dict(counts, validation=dict(counts["validation"], digest="d" * 16))
   with pytest.raises(errors.ConfigError) as e:
-    splits_lib.check_same_data(saved, grown, "/runs/a")
+    counts_lib.check_same_data(saved, grown, "/runs/a")
   assert str(e.value) == (
       "--model_dir=/runs/a holds the checkpoints of a run trained on other "
       "data (train rows_read 1500 -> 3000): resuming would change its "
@@ -409,7 +410,7 @@ def test_a_resume_on_other_data_is_refused_in_one_line():
   with pytest.raises(
       errors.ConfigError, match=r"\(validation digest b{16} "
       r"-> d{16}\)"):
-    splits_lib.check_same_data(saved, edited, "/runs/a")
+    counts_lib.check_same_data(saved, edited, "/runs/a")
 
 
 def test_a_fold_without_a_carve_is_refused(tmp_path):

@@ -23,6 +23,7 @@ from trainer.base import checks as config_checks
 from trainer.base import distribute
 from trainer.base import errors
 from trainer.base import tasks
+from trainer.data import counts as counts_lib
 from trainer.data import splits as splits_lib
 from trainer.loop import launch
 from trainer.model import classifier as model_lib
@@ -84,7 +85,7 @@ def _check_data(c, rows):
     task = tasks.resolve(c)
     named = splits_lib.make_splits(task, launch.data_spec(c, task))
     for name, split in named.items():
-      counts = splits_lib.count(split, limit=rows)
+      counts = counts_lib.count(split, limit=rows)
       checks.append(
           Check(
               f"data.{name}", counts["rows_used"] > 0,

@@ -27,6 +27,7 @@ from trainer.base import run_dir
 from trainer.base import tasks
 from trainer.data import input_pipeline
 from trainer.data import preprocessing
+from trainer.data import counts as counts_lib
 from trainer.data import splits as splits_lib
 from trainer.loop import actions
 from trainer.loop import faults
@@ -188,9 +189,9 @@ def data_spec(c, task):
 def _data(c, task, out):
   """The splits and their row counts (cached in `out`)."""
   splits = splits_lib.make_splits(task, data_spec(c, task))
-  counts = splits_lib.count_splits(splits, c.max_bad_fraction, out.data_stats,
+  counts = counts_lib.count_splits(splits, c.max_bad_fraction, out.data_stats,
                                    c.num_classes)
-  splits_lib.check_counts(splits, counts, c.validation_fraction)
+  counts_lib.check_counts(splits, counts, c.validation_fraction)
   return splits, counts
 
 
@@ -270,7 +271,7 @@ def _write_config(run, plan, strategy, route, layer_rates, data):
       dict(
           config=dataclasses.asdict(run.config),
           task=run.task.to_json(),
-          data=splits_lib.fingerprint(counts),
+          data=counts_lib.fingerprint(counts),
           buckets=list(buckets),
           # With one bucket the group does not order anything.
           train_group_batches=group if len(buckets) > 1 else None,
@@ -400,7 +401,7 @@ def _build(run, strategy, signals):
   saved = _resumed(c, run.shared)
   preprocessor, encoder, route = load_model(c, task, strategy)
   splits, counts = _data(c, task, run.out)
-  splits_lib.check_same_data((saved or {}).get("data"), counts, c.model_dir)
+  counts_lib.check_same_data((saved or {}).get("data"), counts, c.model_dir)
   packer = preprocessing.make_packer(preprocessor, c.seq_length)
   buckets, in_buckets = _buckets(c, splits["train"], packer,
                                  counts["train"]["rows_used"], run.out, saved)

@@ -15,7 +15,7 @@ from trainer.base import config as config_lib
 from trainer.base import distribute
 from trainer.base import errors
 from trainer.base import run_dir
-from trainer.data import splits as splits_lib
+from trainer.data import counts as counts_lib
 from trainer.loop import actions
 from trainer.loop import controller
 from trainer.loop import launch
@@ -65,7 +65,7 @@ def summarize(job, result, metrics, final_step, steps_per_bucket):
   summary.update({
       k.split("/")[1]: v for k, v in job.state.loss_scale_scalars().items()
   })
-  summary.update(splits_lib.flat_counts(counts))
+  summary.update(counts_lib.flat_counts(counts))
   return summary
 
 

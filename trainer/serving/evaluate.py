@@ -42,6 +42,7 @@ from trainer.base import run_dir
 from trainer.base import summaries
 from trainer.base import tasks
 from trainer.data import input_pipeline
+from trainer.data import counts as counts_lib
 from trainer.data import splits as splits_lib
 from trainer.model import demo
 from trainer.serving import export
@@ -164,7 +165,7 @@ def by_length(rows, batch_size):
 def score(task, serve, split, class_names=None, batch_size=256):
   """Runs `serve` over the usable rows of Split `split`; returns the
   metrics dict (and the probabilities' PR histograms, two classes)."""
-  counts = splits_lib.count(split)
+  counts = counts_lib.count(split)
   if not counts["rows_used"]:
     raise errors.DataError(
         f"{split.describe()}: no usable row to score ({counts['rows_read']} "
