@@ -20,6 +20,16 @@ from trainer.model import classifier as model_lib
 from trainer.model import optimization
 
 
+def _counter(name, shape):
+  """An int64 counter of the run, kept in its checkpoint: zeros of `shape`,
+  one value for all replicas (the host sets it between loops)."""
+  return tf.Variable(
+      tf.zeros(shape, tf.int64),
+      trainable=False,
+      name=name,
+      aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+
+
 class TrainState:
   """The model, optimizer and data position of a run, and their checkpoint.
 
@@ -70,20 +80,10 @@ class TrainState:
           clip_norm=clip_norm,
           rate_multipliers=factors,
           ema_decay=ema_decay)
-      # Batches skipped after non-finite losses: the data position is
-      # step + data_skip, saved with the weights.
-      self.data_skip = tf.Variable(
-          0,
-          dtype=tf.int64,
-          trainable=False,
-          name="data_skip",
-          aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+      # Batches skipped after non-finite losses (position = step + these).
+      self.data_skip = _counter("data_skip", [])
       # Steps trained per length bucket (by index), across attempts.
-      self.bucket_steps = tf.Variable(
-          tf.zeros([buckets.MAX_BUCKETS], tf.int64),
-          trainable=False,
-          name="bucket_steps",
-          aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+      self.bucket_steps = _counter("bucket_steps", [buckets.MAX_BUCKETS])
       self.loss_scale = optimization.LossScale() if loss_scaling else None
     self._encoder = encoder  # for a checkpoint of an older layout
     self.checkpoint = checkpoints.layout(self.model, encoder, self.optimizer,
