@@ -83,9 +83,7 @@ class TrainState:
       # Batches skipped after non-finite losses (position = step + these).
       self.data_skip = _counter("data_skip", [])
       self.loss_scale = optimization.LossScale() if loss_scaling else None
-    # Steps trained per length bucket (by index), across attempts: a host
-    # variable, outside the strategy, so its add between loops is no
-    # collective a multi-worker job would have to order with the step's.
+    # Steps per bucket: a host variable (no collective beside the step's).
     self.bucket_steps = _counter("bucket_steps", [buckets.MAX_BUCKETS])
     self._encoder = encoder  # for a checkpoint of an older layout
     self.checkpoint = checkpoints.layout(self.model, encoder, self.optimizer,
