@@ -57,8 +57,8 @@ def _minilm_vocab():
 
 def build_assets(workdir, size):
   """Writes `size`'s encoder + preprocessor; returns their paths and config."""
-  from trainer.model import bert  # pylint: disable=g-import-not-at-top
-  from trainer.model import demo  # pylint: disable=g-import-not-at-top
+  from trainer.encoders import bert  # pylint: disable=g-import-not-at-top
+  from trainer.encoders import demo  # pylint: disable=g-import-not-at-top
   from trainer.data import preprocessing  # pylint: disable=g-import-not-at-top
   demo_paths = demo.ensure_assets()
   if size == "demo":
@@ -106,7 +106,7 @@ def text_file(workdir, rows=20_000):
 
 def read_texts(csv_path, limit):
   """(texts, labels 0/1) of the first `limit` usable rows of a file."""
-  from trainer.base import tasks  # pylint: disable=g-import-not-at-top
+  from trainer.foundation import tasks  # pylint: disable=g-import-not-at-top
   from trainer.data import input_pipeline  # pylint: disable=g-import-not-at-top
   from trainer.data import sources  # pylint: disable=g-import-not-at-top
   from trainer.data import splits  # pylint: disable=g-import-not-at-top
@@ -157,9 +157,9 @@ class TrainerContender(_Contender):
                steps_per_loop,
                jit_compile,
                seq_buckets="none"):
-    from trainer.base import config as config_lib  # noqa: E501  pylint: disable=g-import-not-at-top
-    from trainer.base import checks  # pylint: disable=g-import-not-at-top
-    from trainer.loop import train_lib  # pylint: disable=g-import-not-at-top
+    from trainer.foundation import config as config_lib  # noqa: E501  pylint: disable=g-import-not-at-top
+    from trainer.foundation import checks  # pylint: disable=g-import-not-at-top
+    from trainer.training import train_lib  # pylint: disable=g-import-not-at-top
     data = dict(train_file=args.csv)
     if args.data == "mrpc":
       data = dict(MRPC_FLAGS, train_file=MRPC)
@@ -214,7 +214,7 @@ def _train_data(job):
   """The job's training split and packer (as `launch` builds them)."""
   from trainer.data import preprocessing  # pylint: disable=g-import-not-at-top
   from trainer.data import splits  # pylint: disable=g-import-not-at-top
-  from trainer.loop import launch  # pylint: disable=g-import-not-at-top
+  from trainer.training import launch  # pylint: disable=g-import-not-at-top
   c, task = job.run.config, job.run.task
   split = splits.make_splits(task, launch.data_spec(c, task))["train"]
   return split, preprocessing.make_packer(job.preprocessor, c.seq_length)
@@ -224,7 +224,7 @@ def _tokens(job):
   """(real, padded) tokens per training example of `job`: the mean packed
   length of its training rows, and what its shapes pay for (--seq_length,
   or the buckets' lengths in their shares)."""
-  from trainer.base import buckets as buckets_lib  # noqa: E501  pylint: disable=g-import-not-at-top
+  from trainer.foundation import buckets as buckets_lib  # noqa: E501  pylint: disable=g-import-not-at-top
   from trainer.data import input_pipeline  # pylint: disable=g-import-not-at-top
   split, packer = _train_data(job)
   seq_length = job.run.config.seq_length
@@ -239,7 +239,7 @@ def _trace_every_bucket(job):
   """One step of the train loop on a group of each bucket (real rows of
   the training split), so no trace or compile falls in a timed chunk."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from trainer.base import buckets as buckets_lib  # noqa: E501  pylint: disable=g-import-not-at-top
+  from trainer.foundation import buckets as buckets_lib  # noqa: E501  pylint: disable=g-import-not-at-top
   from trainer.data import input_pipeline  # pylint: disable=g-import-not-at-top
   c, strategy = job.run.config, job.strategy
   split, packer = _train_data(job)

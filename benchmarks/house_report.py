@@ -14,7 +14,8 @@ import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "trainer")
-GROUPS = ("base", "data", "model", "serving", "loop", "commands", "")
+GROUPS = ("foundation", "runtime", "data", "evaluation", "encoders", "model",
+          "serving", "training", "commands", "")
 
 
 def modules():

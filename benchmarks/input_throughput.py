@@ -27,7 +27,7 @@ def generated_csv(path, rows=20_000):
   (kept when it exists: a 1.6M-row file takes a while)."""
   import random  # pylint: disable=g-import-not-at-top
   sys.path.insert(0, ROOT)
-  from trainer.model import demo  # pylint: disable=g-import-not-at-top
+  from trainer.encoders import demo  # pylint: disable=g-import-not-at-top
   if os.path.exists(path):
     return path
   rng = random.Random(0)
@@ -68,8 +68,8 @@ def pinned_rates(csv_path, preprocessor_handle, seq_length, batch_size,
 def measure(csv_path, preprocessor_handle, seq_length, batch_size, batches):
   sys.path.insert(0, ROOT)
   # Imported here so the parent process (which only spawns) stays light.
-  from trainer.base import tasks  # pylint: disable=g-import-not-at-top
-  from trainer.model import demo  # pylint: disable=g-import-not-at-top
+  from trainer.foundation import tasks  # pylint: disable=g-import-not-at-top
+  from trainer.encoders import demo  # pylint: disable=g-import-not-at-top
   from trainer.data import input_pipeline  # pylint: disable=g-import-not-at-top
   from trainer.model import classifier as model  # noqa: E501  pylint: disable=g-import-not-at-top
   from trainer.data import preprocessing  # pylint: disable=g-import-not-at-top

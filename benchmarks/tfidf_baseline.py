@@ -25,12 +25,12 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from trainer.base import metrics  # noqa: E402
-from trainer.base import tasks  # noqa: E402
 from trainer.commands import cli  # noqa: E402
 from trainer.data import input_pipeline  # noqa: E402
 from trainer.data import splits as splits_lib  # noqa: E402
-from trainer.loop import launch  # noqa: E402
+from trainer.evaluation import metrics  # noqa: E402
+from trainer.foundation import tasks  # noqa: E402
+from trainer.training import launch  # noqa: E402
 
 cli.define_config_flags()  # the trainer's flags: the same data, the same split
 flags.DEFINE_float(

@@ -13,12 +13,12 @@
 #   (protobuf, numpy, grpcio, keras, libtpu, ...) pinned to their installed
 #   versions, so pip cannot lift one past what that TensorFlow declares (it
 #   would, e.g., move protobuf past TF 2.17's < 5 for googleapis-common-protos).
-# trainer/base/stack.py holds the table and computes the pins from package
+# trainer/runtime/stack.py holds the table and computes the pins from package
 # metadata; it never imports TensorFlow.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 python="${PYTHON:-python3}"
-stack="$root/trainer/base/stack.py"
+stack="$root/trainer/runtime/stack.py"
 
 pinned="$(mktemp)"
 trap 'rm -f "$pinned"' EXIT

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from trainer.base import errors
-from trainer.loop import actions
-from trainer.loop import controller
+from trainer.foundation import errors
+from trainer.training import actions
+from trainer.training import controller
 
 
 class _State:

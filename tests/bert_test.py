@@ -8,8 +8,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_hub as hub
 
-from trainer.model import bert
-from trainer.model import demo
+from trainer.encoders import bert
+from trainer.encoders import demo
 
 
 def test_bert_config_round_trip(demo_paths):

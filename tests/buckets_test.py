@@ -1,12 +1,12 @@
-"""trainer.base.buckets: --seq_buckets parsed, auto's choice, the counts, the
+"""trainer.foundation.buckets: --seq_buckets parsed, auto's choice, the counts, the
 steps of an epoch and the log line, on histograms whose answers are worked
 out by hand."""
 
 import numpy as np
 import pytest
 
-from trainer.base import buckets
-from trainer.base import errors
+from trainer.foundation import buckets
+from trainer.foundation import errors
 
 
 def _histogram(seq_length, rows_at):

@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from trainer.base import config as config_lib
-from trainer.base import errors
-from trainer.base import run_dir
-from trainer.loop import train_lib
+from trainer.encoders import handles
+from trainer.foundation import config as config_lib
+from trainer.foundation import errors
 from trainer.model import checkpoints
 from trainer.model import classifier as model_lib
+from trainer.runtime import run_dir
+from trainer.training import train_lib
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +47,7 @@ def test_the_checkpoint_layout_and_reading_it_back(trained):
                "data_skip/.ATTRIBUTES/VARIABLE_VALUE"):
     assert name in names
   # The export's view: weights and step, no optimizer slots.
-  preprocessor, encoder = model_lib.load(
+  preprocessor, encoder = handles.load(
       "demo",
       "demo",
       tf.distribute.get_strategy(),

@@ -7,9 +7,9 @@ import re
 import numpy as np
 import pytest
 
-from trainer.base import checks
-from trainer.base import config as config_lib
-from trainer.base import errors
+from trainer.foundation import checks
+from trainer.foundation import config as config_lib
+from trainer.foundation import errors
 
 
 def test_a_folder_or_a_file_in_the_wrong_place_is_named(tmp_path):

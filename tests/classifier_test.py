@@ -3,8 +3,8 @@
 import pytest
 import tensorflow as tf
 
-from trainer.base import errors
-from trainer.model import classifier as model_lib
+from trainer.encoders import handles
+from trainer.foundation import errors
 
 
 def test_a_preprocessor_without_pair_packing_is_a_clear_error(
@@ -26,5 +26,5 @@ def test_a_preprocessor_without_pair_packing_is_a_clear_error(
   path = str(tmp_path / "one_segment")
   tf.saved_model.save(OneSegment(), path)
   with pytest.raises(errors.HandleError, match="cannot pack sentence pairs"):
-    model_lib.check_pairs(tf.saved_model.load(path), path)
-  model_lib.check_pairs(demo, demo_paths["preprocessor"])  # packs pairs
+    handles.check_pairs(tf.saved_model.load(path), path)
+  handles.check_pairs(demo, demo_paths["preprocessor"])  # packs pairs

@@ -9,9 +9,9 @@ from absl import flags
 import pytest
 
 from conftest import ROOT
-from trainer.base import checks
-from trainer.base import config as config_lib
 from trainer.commands import cli
+from trainer.foundation import checks
+from trainer.foundation import config as config_lib
 
 
 def _flag_values():

@@ -1,7 +1,7 @@
 """Config: completion of what the user left unset (the demo's defaults,
 Vertex AI's locations)."""
 
-from trainer.base import config as config_lib
+from trainer.foundation import config as config_lib
 
 
 def test_complete_applies_demo_defaults_to_unset_fields_only():

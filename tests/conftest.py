@@ -32,15 +32,15 @@ SHARED_CSV = os.path.join(
 
 import subprocess  # noqa: E402
 
-from trainer.base import checks  # noqa: E402
-from trainer.base import config as config_lib  # noqa: E402
-from trainer.base import host  # noqa: E402
-from trainer.base import tasks  # noqa: E402
 from trainer.commands import cli  # noqa: E402
 from trainer.data import splits as splits_lib  # noqa: E402
-from trainer.loop import launch  # noqa: E402
-from trainer.model import bert  # noqa: E402
-from trainer.model import demo  # noqa: E402
+from trainer.encoders import bert  # noqa: E402
+from trainer.encoders import demo  # noqa: E402
+from trainer.foundation import checks  # noqa: E402
+from trainer.foundation import config as config_lib  # noqa: E402
+from trainer.foundation import tasks  # noqa: E402
+from trainer.runtime import host  # noqa: E402
+from trainer.training import launch  # noqa: E402
 
 # The files that take most of the suite's CPU (measured: BUILD_NOTES.md,
 # "Test suite"), heaviest first. pytest-xdist (--dist=loadfile) hands files
@@ -118,7 +118,7 @@ def _once(tmp_path_factory, name, build):
 def demo_run(tmp_path_factory, demo_paths):
   """A demo run trained and exported once per test run (20 steps, loops and
   checkpoints of 10): {model_dir, summary, export_dir}."""
-  from trainer.loop import train_lib  # pylint: disable=g-import-not-at-top
+  from trainer.training import train_lib  # pylint: disable=g-import-not-at-top
 
   def build(model_dir):
     train_lib.run(
@@ -142,7 +142,7 @@ def mrpc_run(tmp_path_factory, demo_paths):
   features and splits) trained for 4 steps and exported once per test run,
   the demo encoder under it."""
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-  from trainer.loop import train_lib  # pylint: disable=g-import-not-at-top
+  from trainer.training import train_lib  # pylint: disable=g-import-not-at-top
 
   def build(model_dir):
     with tfds.testing.mock_data(num_examples=48):

@@ -9,11 +9,11 @@ import signal
 
 import pytest
 
-from trainer.base import errors
 from trainer.commands import cli
-from trainer.loop import actions
-from trainer.loop import controller
-from trainer.loop import plan as plan_lib
+from trainer.foundation import errors
+from trainer.training import actions
+from trainer.training import controller
+from trainer.training import plan as plan_lib
 
 
 class FakeTrainer:

@@ -12,8 +12,8 @@ import tensorflow as tf
 
 from conftest import ROOT
 from conftest import with_project
-from trainer.base import distribute
-from trainer.base import errors
+from trainer.foundation import errors
+from trainer.runtime import distribute
 
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import failure_drills  # noqa: E402  pylint: disable=g-import-not-at-top

@@ -5,10 +5,10 @@ import dataclasses
 import pytest
 import tensorflow as tf
 
-from trainer.base import config as config_lib
+from trainer.commands import doctor_checks as doctor
 from trainer.data import preprocessing
-from trainer.loop import doctor
-from trainer.model import demo
+from trainer.encoders import demo
+from trainer.foundation import config as config_lib
 
 
 def _doctor(demo_paths, tmp_path, **overrides):

@@ -5,7 +5,7 @@ import errno
 
 import tensorflow as tf
 
-from trainer.base import errors
+from trainer.foundation import errors
 
 
 def test_errors_of_the_environment_become_one_line():

@@ -9,10 +9,10 @@ import pytest
 import tensorflow as tf
 
 from splits_test import _pair_file
-from trainer.base import config as config_lib
-from trainer.base import errors
-from trainer.base import metrics
-from trainer.base import tasks
+from trainer.evaluation import metrics
+from trainer.foundation import config as config_lib
+from trainer.foundation import errors
+from trainer.foundation import tasks
 from trainer.serving import evaluate
 
 

@@ -14,14 +14,14 @@ import tensorflow as tf
 from conftest import run_outside_project
 from preprocessing_test import PAIRS
 from splits_test import _pair_file
-from trainer.base import run_dir
-from trainer.base import tasks
 from trainer.data import input_pipeline
 from trainer.data import preprocessing
 from trainer.data import sources
 from trainer.data import splits as splits_lib
-from trainer.loop import train_step
+from trainer.foundation import tasks
+from trainer.runtime import run_dir
 from trainer.serving import export
+from trainer.training import train_step
 
 TEXTS = [
     "the movie was great", "my day was awful", "&quot;lovely&quot; food",

@@ -13,11 +13,11 @@ import zipfile
 import pytest
 
 from conftest import SHARED_CSV
-from trainer.base import errors
+from trainer.data import counts as counts_lib
 from trainer.data import files
 from trainer.data import sources
-from trainer.data import counts as counts_lib
 from trainer.data import splits as splits_lib
+from trainer.foundation import errors
 
 LONG = "word " * 20_000  # 100,000 characters
 

@@ -18,8 +18,8 @@ import tensorflow_hub as hub
 
 from conftest import invoke
 from trainer.data import preprocessing
-from trainer.model import classifier as model_lib
-from trainer.model import hf_import as convert_hf
+from trainer.encoders import handles
+from trainer.encoders import hf_import as convert_hf
 
 torch = pytest.importorskip(
     "torch",
@@ -149,12 +149,12 @@ def test_encoder_matches_transformers(hf_checkpoint, converted):
 
 def test_trainer_loads_the_conversion(converted):
   """The handles load as the trainer loads them, with the right sizes."""
-  encoder = model_lib.load_handle(
+  encoder = handles.load_handle(
       os.path.join(converted, "encoder"), "encoder_handle")
-  preprocessor = model_lib.load_handle(
+  preprocessor = handles.load_handle(
       os.path.join(converted, "preprocessor"), "preprocessor_handle")
-  assert model_lib.max_positions(encoder) == 64
-  assert model_lib.word_embedding_rows(encoder) == len(_vocab())
+  assert handles.max_positions(encoder) == 64
+  assert handles.word_embedding_rows(encoder) == len(_vocab())
   assert preprocessing.vocab_size(preprocessor) == len(_vocab())
   record = json.load(open(os.path.join(converted, "conversion.json")))
   assert record["lower_case"] is True and record["strip_accents"] is True

@@ -24,10 +24,10 @@ import pytest
 import tensorflow as tf
 
 from conftest import ROOT, invoke, tiny_config
-from trainer.loop import train_lib
-from trainer.model import hf_import
+from trainer.encoders import hf_import
 from trainer.serving import hf_tokenizer
 from trainer.serving import huggingface
+from trainer.training import train_lib
 
 torch = pytest.importorskip(
     "torch", reason="PyTorch is not installed: pip install -e '.[convert]'")

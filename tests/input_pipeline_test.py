@@ -11,11 +11,11 @@ from files_test import _fields
 from files_test import _line
 from splits_test import _split
 from splits_test import _write_csv
-from trainer.base import buckets as buckets_lib
 from trainer.data import input_pipeline
 from trainer.data import preprocessing
 from trainer.data import sources
 from trainer.data import splits as splits_lib
+from trainer.foundation import buckets as buckets_lib
 
 
 @pytest.fixture(scope="module")

@@ -3,9 +3,9 @@
 import tensorflow as tf
 import pytest
 
-from trainer.base import config as config_lib
-from trainer.base import tasks
-from trainer.loop import launch
+from trainer.foundation import config as config_lib
+from trainer.foundation import tasks
+from trainer.training import launch
 
 
 def test_seq_length_above_encoder_positions(demo_paths):

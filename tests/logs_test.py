@@ -12,7 +12,7 @@ import termios
 
 import pytest
 
-from trainer.base import logs
+from trainer.runtime import logs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -47,7 +47,7 @@ def _record(path, level):
 
 
 def test_project_filter_passes_ours_and_every_warning():
-  ours = os.path.join(ROOT, "trainer", "loop", "actions.py")
+  ours = os.path.join(ROOT, "trainer", "training", "actions.py")
   theirs = "/usr/lib/python3/site-packages/tensorflow/python/saver.py"
   quiet = logs.ProjectFilter()
   assert quiet.filter(_record(ours, std_logging.INFO))
@@ -62,7 +62,7 @@ import os, sys
 os.write(2, b"WARNING: All log messages before absl::InitializeLog() is "
          b"called are written to STDERR\\n")
 os.write(2, b"a line of the user's\\n")
-from trainer.base import logs
+from trainer.runtime import logs
 logs.end_startup()
 os.write(2, b"after the window\\n")
 """
@@ -71,7 +71,7 @@ os.write(2, b"after the window\\n")
 def test_startup_window_drops_the_noise_and_keeps_the_rest():
   """A real process: the window opens when `python -m` imports the
   package (argv[0] is "-m"), here by hand before the writes."""
-  code = "from trainer.base import logs; logs.quiet_startup()\n" + _WINDOW
+  code = "from trainer.runtime import logs; logs.quiet_startup()\n" + _WINDOW
   env = dict(os.environ, PYTHONPATH=ROOT)
   env.pop("TF_CPP_MIN_LOG_LEVEL", None)
   env.pop(logs.VERBOSE_ENV, None)
@@ -96,7 +96,7 @@ def test_startup_window_drops_the_noise_and_keeps_the_rest():
 _BAR = """
 import time
 from absl import app, logging
-from trainer.loop import actions
+from trainer.training import actions
 def main(_):
   progress = actions.Progress(total=40, batch_size=8, start=10)
   for step in (20, 30, 40):

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from conftest import run_module
 from conftest import with_project
-from trainer.base import distribute
+from trainer.runtime import distribute
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -4,7 +4,7 @@ the PR curve, F1 of class 1, MCC, Pearson and Spearman."""
 import numpy as np
 import pytest
 
-from trainer.base import metrics
+from trainer.evaluation import metrics
 
 
 def test_metrics_against_hand_computed_values():

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from trainer.model import bert
-from trainer.model import demo
-from trainer.base import errors
+from trainer.encoders import bert
+from trainer.encoders import demo
+from trainer.foundation import errors
 from trainer.model import layer_decay
 from trainer.model import optimization
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from trainer.base import errors
-from trainer.loop import plan as plan_lib
+from trainer.foundation import errors
+from trainer.training import plan as plan_lib
 
 
 def _plan(**kwargs):

@@ -20,16 +20,16 @@ from conftest import ROOT
 from conftest import last_json
 from conftest import run_process
 from conftest import with_project
-from trainer.model import bert
-from trainer.base import config as config_lib
-from trainer.base import errors
-from trainer.base import host
-from trainer.model import classifier as model_lib
-from trainer.model import precision as precision_lib
-from trainer.model import optimization
 from trainer.data import preprocessing
-from trainer.loop import launch
-from trainer.loop import train_step
+from trainer.encoders import bert
+from trainer.foundation import config as config_lib
+from trainer.foundation import errors
+from trainer.model import classifier as model_lib
+from trainer.model import optimization
+from trainer.model import precision as precision_lib
+from trainer.runtime import host
+from trainer.training import launch
+from trainer.training import train_step
 
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import profile_ops  # noqa: E402  pylint: disable=g-import-not-at-top
@@ -331,8 +331,8 @@ def test_foreign_encoder_errors_where_no_rewrite_can_apply(no_dropout_encoder):
 _PROBE = r"""
 import json
 import tensorflow as tf
-from trainer.base import distribute
-from trainer.loop import launch
+from trainer.runtime import distribute
+from trainer.training import launch
 class Foreign(tf.Module):
   pass
 _, route = launch.prepare(

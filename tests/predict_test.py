@@ -10,14 +10,14 @@ import tensorflow_datasets as tfds
 
 from conftest import run_module
 from splits_test import _pair_file
-from trainer.base import config as config_lib
-from trainer.base import errors
-from trainer.base import tasks
 from trainer.data import input_pipeline
 from trainer.data import splits
-from trainer.loop import launch
+from trainer.foundation import config as config_lib
+from trainer.foundation import errors
+from trainer.foundation import tasks
 from trainer.serving import export
 from trainer.serving import predict
+from trainer.training import launch
 
 
 @pytest.mark.slow

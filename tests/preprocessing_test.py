@@ -12,8 +12,8 @@ import tensorflow_hub as hub
 import tensorflow_text as text
 
 from trainer.data import preprocessing
-from trainer.loop import train_step
-from trainer.model import demo
+from trainer.encoders import demo
+from trainer.training import train_step
 
 AWKWARD = [
     "The movie was GREAT!", "&quot;great&quot; &amp; fun", "zzz",

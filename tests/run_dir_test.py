@@ -11,9 +11,9 @@ import time
 import pytest
 import tensorflow as tf
 
-from trainer.base import config as config_lib
-from trainer.base import errors
-from trainer.base import run_dir
+from trainer.foundation import config as config_lib
+from trainer.foundation import errors
+from trainer.runtime import run_dir
 
 
 def test_json_state_is_replaced_whole(tmp_path):

@@ -13,9 +13,9 @@ import tensorflow_datasets as tfds
 
 from conftest import SHARED_CSV
 from splits_test import tfds_split
-from trainer.base import config as config_lib
-from trainer.base import errors
 from trainer.data import counts as counts_lib
+from trainer.foundation import config as config_lib
+from trainer.foundation import errors
 
 
 def _original_zip_layout(path):

@@ -17,14 +17,14 @@ from conftest import make_splits
 from files_test import _fields
 from files_test import _line
 from files_test import make_fixture
-from trainer.base import checks
-from trainer.base import config as config_lib
-from trainer.base import errors
-from trainer.base import tasks
+from trainer.data import counts as counts_lib
 from trainer.data import input_pipeline
 from trainer.data import sources
-from trainer.data import counts as counts_lib
 from trainer.data import splits as splits_lib
+from trainer.foundation import checks
+from trainer.foundation import config as config_lib
+from trainer.foundation import errors
+from trainer.foundation import tasks
 
 
 def _write_csv(path, rows):

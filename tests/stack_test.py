@@ -13,8 +13,8 @@ import sys
 import pytest
 
 from conftest import ROOT
-from trainer.loop import doctor
-from trainer.base import stack
+from trainer.commands import doctor_checks as doctor
+from trainer.runtime import stack
 
 TF221 = {
     "tensorflow": "2.21.0",
@@ -99,7 +99,7 @@ def test_this_environment_is_a_supported_stack():
   (install/existing_tf.sh runs it so, before the package is installed)."""
   found = stack.installed()
   assert stack.problems(found) == [], stack.describe(found)
-  script = os.path.join(ROOT, "trainer", "base", "stack.py")
+  script = os.path.join(ROOT, "trainer", "runtime", "stack.py")
   out = subprocess.run([sys.executable, script, "check"],
                        capture_output=True,
                        text=True,

@@ -3,10 +3,10 @@ Task of a run."""
 
 import pytest
 
-from trainer.base import checks
-from trainer.base import config as config_lib
-from trainer.base import errors
-from trainer.base import tasks
+from trainer.foundation import checks
+from trainer.foundation import config as config_lib
+from trainer.foundation import errors
+from trainer.foundation import tasks
 
 
 def test_label_map_defaults():

@@ -20,13 +20,13 @@ from conftest import ROOT
 from conftest import run_module
 from conftest import run_process
 from conftest import tiny_config
-from trainer.base import config as config_lib
-from trainer.base import errors
-from trainer.base import tasks
 from trainer.commands import cli
-from trainer.loop import actions
-from trainer.loop import train_lib
+from trainer.foundation import config as config_lib
+from trainer.foundation import errors
+from trainer.foundation import tasks
 from trainer.serving import export
+from trainer.training import actions
+from trainer.training import train_lib
 
 
 def _config(tmp_path, demo_paths, **kwargs):

@@ -7,14 +7,14 @@ import tensorflow_hub as hub
 
 from input_pipeline_test import _varied_csv
 from splits_test import _split
-from trainer.base import buckets as buckets_lib
-from trainer.base import metrics
 from trainer.data import input_pipeline
 from trainer.data import preprocessing
-from trainer.loop import train_step
-from trainer.model import bert
+from trainer.encoders import bert
+from trainer.evaluation import metrics
+from trainer.foundation import buckets as buckets_lib
 from trainer.model import classifier as model_lib
 from trainer.model import optimization
+from trainer.training import train_step
 
 SEQ, BATCH = 16, 8
 TEXTS = [

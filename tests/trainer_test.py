@@ -9,8 +9,8 @@ import sys
 import tensorflow_hub as hub
 
 from conftest import ROOT
-from trainer.loop import controller
-from trainer.loop import faults
+from trainer.training import controller
+from trainer.training import faults
 
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import profile_ops  # noqa: E402  pylint: disable=g-import-not-at-top

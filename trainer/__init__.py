@@ -18,8 +18,8 @@ values as its flags; `export_huggingface(model_dir, output_dir)` is
 
 import sys
 
-from trainer.base import errors
-from trainer.base import logs as _logs
+from trainer.foundation import errors
+from trainer.runtime import logs as _logs
 
 # What every command and API call raises (one line each; README "Python
 # API"): `except trainer.UserError`. `errors` imports nothing.
@@ -38,10 +38,10 @@ def __getattr__(name):
   # Loaded on first use, so `python -m trainer.main --help` and the
   # command-line tools do not import TensorFlow before they need it.
   if name == "Config":
-    from trainer.base import config  # pylint: disable=g-import-not-at-top
+    from trainer.foundation import config  # pylint: disable=g-import-not-at-top
     return config.Config
   if name == "fit":
-    from trainer.loop import train_lib  # pylint: disable=g-import-not-at-top
+    from trainer.training import train_lib  # pylint: disable=g-import-not-at-top
     return train_lib.fit
   if name == "export":
     from trainer.serving import export  # pylint: disable=g-import-not-at-top

@@ -26,7 +26,7 @@ import tf_keras
 from official.legacy.bert import configs
 from official.nlp.tools import export_tfhub_lib
 
-from trainer.model import demo
+from trainer.encoders import demo
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "model_garden_bert")

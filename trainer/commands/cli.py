@@ -2,7 +2,7 @@
 
 Every `python -m trainer.X` command follows one convention (`Command`): its
 flags are Config fields (`define_config_flags`, from each field's default,
-help and choices in `trainer.base.config`) or command flags written once
+help and choices in `trainer.foundation.config`) or command flags written once
 here (`COMMAND_FLAGS`), and its `main(flag_values)` turns them into values
 and calls a library function that takes values. `run(command)` is each
 command's entry and its error boundary: it checks the TensorFlow stack
@@ -20,10 +20,10 @@ import sys
 from absl import app
 from absl import flags
 
-from trainer.base import config as config_lib
-from trainer.base import errors
-from trainer.base import logs
-from trainer.base import stack
+from trainer.foundation import config as config_lib
+from trainer.foundation import errors
+from trainer.runtime import logs
+from trainer.runtime import stack
 
 FLAGS = flags.FLAGS
 SKIP_STACK_CHECK = "BERT_TRAINER_SKIP_STACK_CHECK"

@@ -2,7 +2,7 @@ r"""Convert a Hugging Face BERT checkpoint into a TF Hub encoder/preprocessor.
 
     python -m trainer.convert_hf --hf_dir=DIR --output_dir=OUT
 
-`trainer.model.hf_import.convert` does the work; this prints what was
+`trainer.encoders.hf_import.convert` does the work; this prints what was
 converted and the handles to train it with.
 """
 
@@ -23,7 +23,7 @@ def report(hf_dir, output_dir, record):
 
 def main(flag_values):
   # Imported here, so --help does not load TensorFlow.
-  from trainer.model import hf_import  # pylint: disable=g-import-not-at-top
+  from trainer.encoders import hf_import  # pylint: disable=g-import-not-at-top
   hf_dir, output_dir = flag_values.hf_dir, flag_values.output_dir
   report(hf_dir, output_dir, hf_import.convert(hf_dir, output_dir))
 

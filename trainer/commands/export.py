@@ -17,15 +17,15 @@ in Python. `--format=huggingface` writes DIR for
 import contextlib
 import os
 
-from trainer.base import errors
 from trainer.commands import cli
+from trainer.foundation import errors
 
 FORMATS = ("savedmodel", "huggingface")
 
 
 def main(flag_values):
   # Imported here, so --help does not load TensorFlow.
-  from trainer.base import run_dir  # pylint: disable=g-import-not-at-top
+  from trainer.runtime import run_dir  # pylint: disable=g-import-not-at-top
   from trainer.serving import export  # pylint: disable=g-import-not-at-top
   from trainer.serving import huggingface  # pylint: disable=g-import-not-at-top
   f = flag_values

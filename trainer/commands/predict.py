@@ -19,7 +19,7 @@ from trainer.commands import cli
 
 def main(flag_values):
   # Imported here, so --help does not load TensorFlow.
-  from trainer.base import run_dir  # pylint: disable=g-import-not-at-top
+  from trainer.runtime import run_dir  # pylint: disable=g-import-not-at-top
   from trainer.serving import predict  # pylint: disable=g-import-not-at-top
   f = flag_values
   if f.output_file:

@@ -11,9 +11,9 @@ learn from, naming why. Each count carries a digest of the rows' content:
 from absl import logging
 import tensorflow as tf
 
-from trainer.base import errors
-from trainer.base import run_dir
 from trainer.data import sources
+from trainer.foundation import errors
+from trainer.runtime import run_dir
 
 _HEAD_ROWS = 2000
 

@@ -25,8 +25,8 @@ import zipfile
 
 import tensorflow as tf
 
-from trainer.base import config
-from trainer.base import errors
+from trainer.foundation import config
+from trainer.foundation import errors
 
 FORMATS = config.FILE_FORMATS
 SENTIMENT140_HEADER = ["target", "ids", "date", "flag", "user", "text"]

@@ -23,8 +23,8 @@ import urllib.parse
 import numpy as np
 import tensorflow as tf
 
-from trainer.base import errors
 from trainer.data import files
+from trainer.foundation import errors
 
 REASONS = files.REASONS
 REASON_ID = {name: i for i, name in enumerate(REASONS)}

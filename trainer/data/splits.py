@@ -15,10 +15,10 @@ import dataclasses
 from absl import logging
 import tensorflow as tf
 
-from trainer.base import errors
-from trainer.base import tasks
 from trainer.data import files
 from trainer.data import sources
+from trainer.foundation import errors
+from trainer.foundation import tasks
 
 _BUCKETS = 10_000
 

@@ -31,7 +31,7 @@ import re
 from absl import logging
 import tensorflow as tf
 
-from trainer.base import errors
+from trainer.foundation import errors
 
 _STEP = re.compile(r"ckpt-(\d+)(?:\.index|\.data-\d+-of-\d+)$")
 CheckpointError = errors.CheckpointError

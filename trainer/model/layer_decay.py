@@ -13,7 +13,7 @@ cannot place is an error, never a silent full rate.
 
 import re
 
-from trainer.base import errors
+from trainer.foundation import errors
 
 _LAYER = re.compile(r"(?:^|/)(?:transformer/layer_|transformer_layer_)(\d+)/")
 _EMBEDDINGS = re.compile(r"(?:^|/)(word_embeddings|position_embedding|"

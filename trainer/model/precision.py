@@ -27,8 +27,8 @@ or raises `ConfigError` where no route does what was asked:
 
 import dataclasses
 
-from trainer.base import errors
-from trainer.base import host
+from trainer.foundation import errors
+from trainer.runtime import host
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,11 +12,11 @@ import contextlib
 from absl import logging
 import tensorflow as tf
 
-from trainer.base import buckets
-from trainer.base import errors
+from trainer.foundation import buckets
+from trainer.foundation import errors
 from trainer.model import checkpoints
-from trainer.model import layer_decay as layer_decay_lib
 from trainer.model import classifier as model_lib
+from trainer.model import layer_decay as layer_decay_lib
 from trainer.model import optimization
 
 

@@ -34,17 +34,17 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from trainer.base import checks
-from trainer.base import config as config_lib
-from trainer.base import errors
-from trainer.base import metrics as metrics_lib
-from trainer.base import run_dir
-from trainer.base import summaries
-from trainer.base import tasks
-from trainer.data import input_pipeline
 from trainer.data import counts as counts_lib
+from trainer.data import input_pipeline
 from trainer.data import splits as splits_lib
-from trainer.model import demo
+from trainer.encoders import demo
+from trainer.evaluation import metrics as metrics_lib
+from trainer.evaluation import summaries
+from trainer.foundation import checks
+from trainer.foundation import config as config_lib
+from trainer.foundation import errors
+from trainer.foundation import tasks
+from trainer.runtime import run_dir
 from trainer.serving import export
 
 

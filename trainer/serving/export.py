@@ -29,15 +29,17 @@ import os
 from absl import logging
 import tensorflow as tf
 
-from trainer.base import checks
-from trainer.base import config as config_lib
-from trainer.base import errors
-from trainer.base import run_dir
-from trainer.base import tasks
 from trainer.data import input_pipeline
 from trainer.data import preprocessing
+from trainer.encoders import bert
+from trainer.encoders import handles
+from trainer.foundation import checks
+from trainer.foundation import config as config_lib
+from trainer.foundation import errors
+from trainer.foundation import tasks
 from trainer.model import checkpoints
 from trainer.model import classifier as model_lib
+from trainer.runtime import run_dir
 
 ExportError = errors.ExportError
 
@@ -158,7 +160,7 @@ def load_classifier(c, checkpoint="", io_device=None):
   where = run_dir.locations(c.model_dir, c.checkpoint_dir, c.summary_dir,
                             c.export_base_dir)
   path = checkpoints.for_export(where.checkpoints, where.best, checkpoint)
-  preprocessor, encoder = model_lib.load_checked(
+  preprocessor, encoder = handles.load_checked(
       c.encoder_handle,
       c.preprocessor_handle,
       tf.distribute.get_strategy(),
@@ -238,6 +240,33 @@ def pairs(serve):
   return "text_pair" in serve.structured_input_signature[1]
 
 
+def for_serving(model):
+  """The classifier to export: `model` itself, its live weights, computing
+  as its saved encoder does (an encoder rebuilt for XLA or mixed precision,
+  `bert.NativeEncoder`, serves its weights in float32)."""
+  if isinstance(model.encoder, bert.NativeEncoder):
+    return model.with_encoder(model.encoder.in_float32())
+  return model
+
+
+def host_copy(model, encoder):
+  """A classifier on this host holding `model`'s weights (read from
+  wherever they live: a TPU's), over `encoder` (a fresh load of the same
+  handle, or `bert.NativeEncoder`'s rebuild); `encoder.variables` must
+  match `model.encoder.variables` in order and shape."""
+  with tf.device("/cpu:0"):
+    copy = Classifier(
+        encoder,
+        int(model.kernel.shape[1]),
+        model.dropout_rate,
+        pooling=model.pooling)
+    ours = list(encoder.variables) + [copy.kernel, copy.bias]
+    theirs = list(model.encoder.variables) + [model.kernel, model.bias]
+    for mine, live in zip(ours, theirs, strict=True):
+      mine.assign(tf.convert_to_tensor(live))
+  return copy
+
+
 def is_complete(export_dir):
   """An export is complete once its saved_model.pb (written last) exists."""
   return tf.io.gfile.exists(os.path.join(export_dir, "saved_model.pb"))
@@ -254,7 +283,7 @@ def write(model,
   `export_dir` (atomically: `write_export`), serving in the lengths of
   `buckets`; returns export_dir."""
   module = serving_module(
-      model_lib.for_serving(model), preprocessor, seq_length, task, buckets)
+      for_serving(model), preprocessor, seq_length, task, buckets)
   return write_export(module, export_dir, io_device)
 
 

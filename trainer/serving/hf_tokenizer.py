@@ -28,9 +28,9 @@ import unicodedata
 from absl import logging
 import tensorflow as tf
 
-from trainer.base import errors
 from trainer.data import preprocessing
-from trainer.model import classifier
+from trainer.encoders import handles
+from trainer.foundation import errors
 
 ExportError = errors.ExportError
 
@@ -255,7 +255,7 @@ def read_vocab(preprocessor, handle):
   if asset is not None:
     path = asset.numpy().decode("utf-8")
   else:  # TF Hub's: in its folder (for a URL, the TF Hub cache's copy)
-    folder = classifier.local_folder(handle, "preprocessor_handle")
+    folder = handles.local_folder(handle, "preprocessor_handle")
     path = f"{folder.rstrip('/')}/assets/vocab.txt"
   if not tf.io.gfile.exists(path):
     raise ExportError(f"--preprocessor_handle={handle} has no WordPiece "

@@ -36,14 +36,14 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from trainer.base import checks
-from trainer.base import errors
-from trainer.base import run_dir
-from trainer.base import tasks
 from trainer.data import preprocessing
-from trainer.model import bert
-from trainer.model import garden
-from trainer.model import hf_import
+from trainer.encoders import bert
+from trainer.encoders import garden
+from trainer.encoders import hf_import
+from trainer.foundation import checks
+from trainer.foundation import errors
+from trainer.foundation import tasks
+from trainer.runtime import run_dir
 from trainer.serving import export
 from trainer.serving import hf_tokenizer
 

@@ -35,11 +35,11 @@ from absl import logging
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the preprocessor's ops)
 
-from trainer.base import errors
-from trainer.base import tasks
 from trainer.data import files
 from trainer.data import sources
 from trainer.data import splits
+from trainer.foundation import errors
+from trainer.foundation import tasks
 from trainer.serving import export
 
 # Bad input flags or files: one line, exit code 2 (trainer.cli).

@@ -11,7 +11,7 @@ the loop never retraces; host work happens between their calls.
 import numpy as np
 import tensorflow as tf
 
-from trainer.base import metrics
+from trainer.evaluation import metrics
 
 ENCODER_KEYS = ("input_word_ids", "input_mask", "input_type_ids")
 

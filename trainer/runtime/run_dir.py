@@ -22,7 +22,7 @@ import uuid
 from absl import logging
 import tensorflow as tf
 
-from trainer.base import errors
+from trainer.foundation import errors
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,9 +26,9 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from trainer.model import bert
-from trainer.base import errors
 from trainer.data import preprocessing
+from trainer.encoders import bert
+from trainer.foundation import errors
 
 ConversionError = errors.ConversionError
 

@@ -14,8 +14,8 @@ import random
 
 import tensorflow as tf
 
-from trainer.model import bert
 from trainer.data import preprocessing
+from trainer.encoders import bert
 
 VERSION = 5  # 5: the preprocessor packs sentence pairs
 

@@ -4,7 +4,7 @@ import ctypes
 
 import tensorflow as tf
 
-from trainer.base import errors
+from trainer.foundation import errors
 
 # glibc's mallopt parameter: allocations above it get their own mmap.
 _M_MMAP_THRESHOLD = -3

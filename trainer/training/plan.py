@@ -9,7 +9,7 @@ profile edge), and which loop ends with an eval or a checkpoint.
 import dataclasses
 import math
 
-from trainer.base import errors
+from trainer.foundation import errors
 
 
 @dataclasses.dataclass(frozen=True)

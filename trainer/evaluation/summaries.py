@@ -11,7 +11,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from trainer.base import metrics as metrics_lib
+from trainer.evaluation import metrics as metrics_lib
 
 _CELL = 64  # pixels
 _MARGIN = 112

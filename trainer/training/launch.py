@@ -16,30 +16,30 @@ import dataclasses
 from absl import logging
 import tensorflow as tf
 
-from trainer.base import buckets as buckets_lib
-from trainer.base import checks
-from trainer.base import config as config_lib
-from trainer.base import distribute
-from trainer.base import errors
-from trainer.base import host
-from trainer.base import logs
-from trainer.base import run_dir
-from trainer.base import tasks
+from trainer.data import counts as counts_lib
 from trainer.data import input_pipeline
 from trainer.data import preprocessing
-from trainer.data import counts as counts_lib
 from trainer.data import splits as splits_lib
-from trainer.loop import actions
-from trainer.loop import faults
-from trainer.loop import plan as plan_lib
-from trainer.loop import train_step
-from trainer.loop import trainer as trainer_lib
+from trainer.encoders import demo
+from trainer.encoders import handles
+from trainer.foundation import buckets as buckets_lib
+from trainer.foundation import checks
+from trainer.foundation import config as config_lib
+from trainer.foundation import errors
+from trainer.foundation import tasks
 from trainer.model import checkpoints
-from trainer.model import classifier as model_lib
-from trainer.model import demo
 from trainer.model import optimization
 from trainer.model import precision as precision_lib
 from trainer.model import train_state
+from trainer.runtime import distribute
+from trainer.runtime import host
+from trainer.runtime import logs
+from trainer.runtime import run_dir
+from trainer.training import actions
+from trainer.training import faults
+from trainer.training import plan as plan_lib
+from trainer.training import train_step
+from trainer.training import trainer as trainer_lib
 
 
 @dataclasses.dataclass
@@ -143,7 +143,7 @@ def prepare(strategy, encoder, *, precision, jit_compile, encoder_handle):
   facts = dict(
       jit_compile=jit_compile,
       device=device,
-      own_encoder=model_lib.is_own_encoder(encoder),
+      own_encoder=handles.is_own_encoder(encoder),
       cpu_flags=host.cpu_flags(),
       encoder_handle=encoder_handle,
       xla_cpu_problem=host.xla_cpu_problem)
@@ -153,13 +153,13 @@ def prepare(strategy, encoder, *, precision, jit_compile, encoder_handle):
         **facts)
   else:
     route = precision_lib.choose(precision, **facts)
-  return model_lib.prepare_encoder(encoder, route, strategy), route
+  return handles.prepare_encoder(encoder, route, strategy), route
 
 
 def load_model(c, task, strategy):
   """The handles, checked against each other and the flags, the encoder
   prepared for its route; returns (preprocessor, encoder, route)."""
-  preprocessor, encoder = model_lib.load_checked(
+  preprocessor, encoder = handles.load_checked(
       c.encoder_handle,
       c.preprocessor_handle,
       strategy,

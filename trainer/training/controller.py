@@ -25,7 +25,7 @@ import math
 
 from absl import logging
 
-from trainer.base import errors
+from trainer.foundation import errors
 
 
 class StopTraining(Exception):
@@ -103,7 +103,7 @@ def train(trainer, plan, actions=(), max_nan_recoveries=2):
 
   Args:
     trainer: `train(num_steps) -> LoopOutput`, `step`, `latest_checkpoint()`,
-      `roll_back(checkpoint, position)` (`trainer.loop.trainer.Trainer`).
+      `roll_back(checkpoint, position)` (`trainer.training.trainer.Trainer`).
     plan: the `plan.Plan` (its `total_steps` and `next_stop`).
     actions: callables of a LoopOutput, called in order after each loop
       that ended finite.

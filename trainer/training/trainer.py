@@ -6,7 +6,7 @@ per group of same-length batches it touches, then the host work of that
 loop (reading its loss, gradient norm and learning rate back). It owns the
 loop function, the data iterator, and the re-seek of both after a rollback
 (`roll_back`); the checkpoints are the `TrainState`'s. What happens between
-loops is not its business (`trainer.loop.actions`, handed to
+loops is not its business (`trainer.training.actions`, handed to
 `controller.train`).
 
 `Evaluator` only evaluates (Orbit's `StandardEvaluator`): one pass over
@@ -20,9 +20,9 @@ import time
 from absl import logging
 import tensorflow as tf
 
-from trainer.base import host
-from trainer.loop import controller
-from trainer.loop import train_step
+from trainer.runtime import host
+from trainer.training import controller
+from trainer.training import train_step
 
 
 class Trainer:

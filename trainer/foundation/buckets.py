@@ -20,7 +20,7 @@ import re
 
 import numpy as np
 
-from trainer.base import errors
+from trainer.foundation import errors
 
 AUTO, NONE = "auto", "none"
 MULTIPLE = 8  # bucket lengths of auto: multiples of 8 (TPU tiles, XLA pads)

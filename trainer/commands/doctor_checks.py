@@ -19,17 +19,18 @@ import uuid
 
 import tensorflow as tf
 
-from trainer.base import checks as config_checks
-from trainer.base import distribute
-from trainer.base import errors
-from trainer.base import tasks
 from trainer.data import counts as counts_lib
 from trainer.data import splits as splits_lib
-from trainer.loop import launch
+from trainer.encoders import handles
+from trainer.foundation import checks as config_checks
+from trainer.foundation import errors
+from trainer.foundation import tasks
 from trainer.model import classifier as model_lib
 from trainer.model import optimization
-from trainer.base import stack
-from trainer.loop import train_step
+from trainer.runtime import distribute
+from trainer.runtime import stack
+from trainer.training import launch
+from trainer.training import train_step
 
 
 @dataclasses.dataclass
@@ -104,7 +105,7 @@ def _check_data(c, rows):
 def _check_model(c, strategy):
   """Handles, their fit, and the encoder (None when they do not load)."""
   try:
-    preprocessor, encoder = model_lib.load(c.encoder_handle,
+    preprocessor, encoder = handles.load(c.encoder_handle,
                                            c.preprocessor_handle, strategy,
                                            distribute.io_device(strategy),
                                            c.demo_cache_dir)
@@ -112,7 +113,7 @@ def _check_model(c, strategy):
     failed = Check("handles", False, errors.first_line(e), "fix the handle")
     return [failed], None
   checks = [Check("handles", True, "encoder and preprocessor load")]
-  for fit in model_lib.fit_checks(encoder, preprocessor, c.seq_length,
+  for fit in handles.fit_checks(encoder, preprocessor, c.seq_length,
                                   c.preprocessor_handle):
     checks.append(Check(fit.name, fit.ok, fit.detail, fit.error))
   return checks, encoder
@@ -176,7 +177,7 @@ def check_xla(c, strategy, encoder):
   if not route.jit_compile:
     return Check(
         "xla", True, "training runs the step without XLA (" +
-        _without_xla(c, model_lib.is_own_encoder(encoder)) + ")")
+        _without_xla(c, handles.is_own_encoder(encoder)) + ")")
   try:
     model = model_lib.Classifier(
         prepared, c.num_classes, c.dropout_rate, pooling=c.pooling)

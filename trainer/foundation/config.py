@@ -16,9 +16,9 @@ import typing
 
 from absl import logging
 
-from trainer.base import buckets
-from trainer.base import errors
-from trainer.base import tasks
+from trainer.foundation import buckets
+from trainer.foundation import errors
+from trainer.foundation import tasks
 
 DEMO = "demo"
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker_mirrored")

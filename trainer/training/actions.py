@@ -22,10 +22,10 @@ import tensorflow as tf
 import tqdm
 import tqdm.contrib
 
-from trainer.base import errors
-from trainer.base import run_dir
-from trainer.base import summaries
-from trainer.loop import controller
+from trainer.evaluation import summaries
+from trainer.foundation import errors
+from trainer.runtime import run_dir
+from trainer.training import controller
 
 
 class StopSignals:

@@ -10,10 +10,10 @@ import math
 import os
 import re
 
-from trainer.base import buckets
-from trainer.base import config as config_lib
-from trainer.base import errors
-from trainer.base import tasks
+from trainer.foundation import buckets
+from trainer.foundation import config as config_lib
+from trainer.foundation import errors
+from trainer.foundation import tasks
 
 FIELDS = config_lib.FIELDS
 

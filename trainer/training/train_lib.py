@@ -10,18 +10,19 @@ the live model). `fit` is the Python API: the same run from a Config.
 from absl import logging
 import tensorflow as tf
 
-from trainer.base import checks
-from trainer.base import config as config_lib
-from trainer.base import distribute
-from trainer.base import errors
-from trainer.base import run_dir
 from trainer.data import counts as counts_lib
-from trainer.loop import actions
-from trainer.loop import controller
-from trainer.loop import launch
-from trainer.model import bert
+from trainer.encoders import bert
+from trainer.encoders import handles
+from trainer.foundation import checks
+from trainer.foundation import config as config_lib
+from trainer.foundation import errors
 from trainer.model import classifier as model_lib
+from trainer.runtime import distribute
+from trainer.runtime import run_dir
 from trainer.serving import export as export_lib
+from trainer.training import actions
+from trainer.training import controller
+from trainer.training import launch
 
 # The set-up, under the loop's name too.
 setup = launch.setup
@@ -83,10 +84,10 @@ def _serving_model(job):
     encoder = model.encoder.host_twin()
   else:
     c = job.run.config
-    encoder = model_lib.load_on_host(c.encoder_handle,
+    encoder = handles.load_on_host(c.encoder_handle,
                                      distribute.io_device(job.strategy),
                                      c.demo_cache_dir)
-  return model_lib.host_copy(model, encoder)
+  return export_lib.host_copy(model, encoder)
 
 
 def _export(job):

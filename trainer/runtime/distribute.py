@@ -16,8 +16,8 @@ import time
 from absl import logging
 import tensorflow as tf
 
-from trainer.base import config
-from trainer.base import errors
+from trainer.foundation import config
+from trainer.foundation import errors
 
 StrategyError = errors.StrategyError
 

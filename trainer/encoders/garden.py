@@ -13,8 +13,8 @@ import re
 
 import tensorflow as tf
 
-from trainer.base import errors
-from trainer.model import bert
+from trainer.encoders import bert
+from trainer.foundation import errors
 
 ConversionError = errors.ConversionError
 
