@@ -157,9 +157,12 @@ class TrainerContender(_Contender):
                steps_per_loop,
                jit_compile,
                seq_buckets="none"):
-    from trainer.foundation import config as config_lib  # noqa: E501  pylint: disable=g-import-not-at-top
-    from trainer.foundation import checks  # pylint: disable=g-import-not-at-top
-    from trainer.training import train_lib  # pylint: disable=g-import-not-at-top
+    # pylint: disable-next=g-import-not-at-top
+    from trainer.foundation import config as config_lib
+    # pylint: disable-next=g-import-not-at-top
+    from trainer.foundation import checks
+    # pylint: disable-next=g-import-not-at-top
+    from trainer.training import train_lib
     data = dict(train_file=args.csv)
     if args.data == "mrpc":
       data = dict(MRPC_FLAGS, train_file=MRPC)

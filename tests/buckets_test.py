@@ -1,6 +1,6 @@
-"""trainer.foundation.buckets: --seq_buckets parsed, auto's choice, the counts, the
-steps of an epoch and the log line, on histograms whose answers are worked
-out by hand."""
+"""trainer.foundation.buckets: --seq_buckets parsed, auto's choice, the
+counts, the steps of an epoch and the log line, on histograms whose answers
+are worked out by hand."""
 
 import numpy as np
 import pytest

@@ -41,7 +41,8 @@ def __getattr__(name):
     from trainer.foundation import config  # pylint: disable=g-import-not-at-top
     return config.Config
   if name == "fit":
-    from trainer.training import train_lib  # pylint: disable=g-import-not-at-top
+    # pylint: disable-next=g-import-not-at-top
+    from trainer.training import train_lib
     return train_lib.fit
   if name == "export":
     from trainer.serving import export  # pylint: disable=g-import-not-at-top

@@ -4,7 +4,8 @@ r"""Check a configuration without training: one line per check.
 
 Checks the TensorFlow stack, the strategy, the handles and their fit, the
 data's first --doctor_rows rows, model_dir and what training would do
-about XLA (`trainer.commands.doctor_checks.run_checks`). Exits 1 when a check fails.
+about XLA (`trainer.commands.doctor_checks.run_checks`). Exits 1 when a
+check fails.
 """
 
 import sys
@@ -14,7 +15,8 @@ from trainer.commands import cli
 
 def main(flag_values):
   # Imported here, so --help does not load TensorFlow.
-  from trainer.commands import doctor_checks as doctor  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from trainer.commands import doctor_checks as doctor
   checks = doctor.run_checks(
       cli.config_from_flags(flag_values), flag_values.doctor_rows)
   for check in checks:

@@ -106,15 +106,15 @@ def _check_model(c, strategy):
   """Handles, their fit, and the encoder (None when they do not load)."""
   try:
     preprocessor, encoder = handles.load(c.encoder_handle,
-                                           c.preprocessor_handle, strategy,
-                                           distribute.io_device(strategy),
-                                           c.demo_cache_dir)
+                                         c.preprocessor_handle, strategy,
+                                         distribute.io_device(strategy),
+                                         c.demo_cache_dir)
   except errors.HandleError as e:
     failed = Check("handles", False, errors.first_line(e), "fix the handle")
     return [failed], None
   checks = [Check("handles", True, "encoder and preprocessor load")]
   for fit in handles.fit_checks(encoder, preprocessor, c.seq_length,
-                                  c.preprocessor_handle):
+                                c.preprocessor_handle):
     checks.append(Check(fit.name, fit.ok, fit.detail, fit.error))
   return checks, encoder
 

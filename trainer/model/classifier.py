@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from trainer.encoders import handles
 
+
 def _hidden_size(encoder):
   v = handles.variable(encoder, r"pooler")
   if v is not None:

@@ -255,7 +255,7 @@ def host_copy(model, encoder):
   handle, or `bert.NativeEncoder`'s rebuild); `encoder.variables` must
   match `model.encoder.variables` in order and shape."""
   with tf.device("/cpu:0"):
-    copy = Classifier(
+    copy = model_lib.Classifier(
         encoder,
         int(model.kernel.shape[1]),
         model.dropout_rate,

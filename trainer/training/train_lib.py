@@ -16,7 +16,6 @@ from trainer.encoders import handles
 from trainer.foundation import checks
 from trainer.foundation import config as config_lib
 from trainer.foundation import errors
-from trainer.model import classifier as model_lib
 from trainer.runtime import distribute
 from trainer.runtime import run_dir
 from trainer.serving import export as export_lib
@@ -85,8 +84,8 @@ def _serving_model(job):
   else:
     c = job.run.config
     encoder = handles.load_on_host(c.encoder_handle,
-                                     distribute.io_device(job.strategy),
-                                     c.demo_cache_dir)
+                                   distribute.io_device(job.strategy),
+                                   c.demo_cache_dir)
   return export_lib.host_copy(model, encoder)
 
 
