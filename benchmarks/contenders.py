@@ -140,7 +140,7 @@ MRPC_FLAGS = dict(
 
 
 class TrainerContender(_Contender):
-  """The trainer as `python -m trainer.main` sets it up (`train_lib.setup`),
+  """The trainer as `python -m trainer.main` sets it up (`launch.setup`),
   timed over whole loops of its trainer object (`Trainer.train`).
 
   `seq_buckets`: "none" (every example at --seq_length) or "auto" (length
@@ -162,7 +162,7 @@ class TrainerContender(_Contender):
     # pylint: disable-next=g-import-not-at-top
     from trainer.foundation import checks
     # pylint: disable-next=g-import-not-at-top
-    from trainer.training import train_lib
+    from trainer.training import launch
     data = dict(train_file=args.csv)
     if args.data == "mrpc":
       data = dict(MRPC_FLAGS, train_file=MRPC)
@@ -182,18 +182,18 @@ class TrainerContender(_Contender):
         shuffle_buffer=10_000,
         export=False,
         **data)
-    self.job = train_lib.setup(checks.validate(c))
-    print(self.job.route.note, file=sys.stderr)
+    self.job = launch.setup(checks.validate(c))
+    print(self.job.facts.route.note, file=sys.stderr)
     self.steps_per_call = steps_per_loop
     self.tokens = _tokens(self.job)
     self.chunk = None
-    if len(self.job.buckets) > 1:
+    if len(self.job.facts.buckets) > 1:
       steps = int(self.job.plan.steps_per_epoch * args.epoch_fraction)
       loops = -(-steps // args.rounds // steps_per_loop)
       self.chunk = max(1, loops) * steps_per_loop
 
   def warm_up(self):
-    if len(self.job.buckets) > 1:
+    if len(self.job.facts.buckets) > 1:
       _trace_every_bucket(self.job)
     self._loops(self.steps_per_call)
 
@@ -214,12 +214,12 @@ class TrainerContender(_Contender):
 
 
 def _train_data(job):
-  """The job's training split and packer (as `launch` builds them)."""
+  """The job's training split and packer (as `launch.setup` builds them)."""
   from trainer.data import preprocessing  # pylint: disable=g-import-not-at-top
   from trainer.data import splits  # pylint: disable=g-import-not-at-top
-  from trainer.training import launch  # pylint: disable=g-import-not-at-top
+  from trainer.training import inputs  # pylint: disable=g-import-not-at-top
   c, task = job.run.config, job.run.task
-  split = splits.make_splits(task, launch.data_spec(c, task))["train"]
+  split = splits.make_splits(task, inputs.data_spec(c, task))["train"]
   return split, preprocessing.make_packer(job.preprocessor, c.seq_length)
 
 
@@ -234,7 +234,7 @@ def _tokens(job):
   histogram = input_pipeline.length_histogram(split, packer, seq_length)
   rows = max(int(histogram.sum()), 1)
   real = float((histogram * range(seq_length + 1)).sum()) / rows
-  padded = buckets_lib.padded_tokens(histogram, job.buckets) / rows
+  padded = buckets_lib.padded_tokens(histogram, job.facts.buckets) / rows
   return real, padded
 
 
@@ -244,20 +244,20 @@ def _trace_every_bucket(job):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from trainer.foundation import buckets as buckets_lib  # noqa: E501  pylint: disable=g-import-not-at-top
   from trainer.data import input_pipeline  # pylint: disable=g-import-not-at-top
-  c, strategy = job.run.config, job.strategy
+  c, strategy = job.run.config, job.run.strategy
   split, packer = _train_data(job)
   groups = input_pipeline.train_groups(
       split,
       packer,
-      job.buckets,
+      job.facts.buckets,
       c.batch_size,
-      buckets_lib.group_size(c.steps_per_loop, job.buckets),
+      buckets_lib.group_size(c.steps_per_loop, job.facts.buckets),
       job.plan.steps_per_epoch,
       seed=1)
   found = {}
   for group in groups:
     found.setdefault(int(group["input_word_ids"].shape[2]), group)
-    if len(found) == len(job.buckets):
+    if len(found) == len(job.facts.buckets):
       break
   loop = job.trainer.train_loop
   for group in found.values():

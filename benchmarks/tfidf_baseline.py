@@ -30,7 +30,7 @@ from trainer.data import input_pipeline  # noqa: E402
 from trainer.data import splits as splits_lib  # noqa: E402
 from trainer.evaluation import metrics  # noqa: E402
 from trainer.foundation import tasks  # noqa: E402
-from trainer.training import launch  # noqa: E402
+from trainer.training import inputs  # noqa: E402
 
 cli.define_config_flags()  # the trainer's flags: the same data, the same split
 flags.DEFINE_float(
@@ -114,7 +114,7 @@ def main(argv):
   del argv
   c = cli.config_from_flags()
   task = tasks.resolve(c)
-  splits = splits_lib.make_splits(task, launch.data_spec(c, task))
+  splits = splits_lib.make_splits(task, inputs.data_spec(c, task))
   train_texts, train_labels = texts_and_labels(splits["train"])
   eval_texts, eval_labels = texts_and_labels(splits["validation"])
   start = time.perf_counter()

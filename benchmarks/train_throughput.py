@@ -8,7 +8,7 @@ warms up once, then runs timed chunks on command; the parent alternates them
 `--rounds` chunks:
 
   trainer_best   the trainer as `python -m trainer.main` sets it up
-                 (`train_lib.setup`): tf.range loop of --steps_per_loop
+                 (`launch.setup`): tf.range loop of --steps_per_loop
                  steps per call,
                  --jit_compile as given per encoder size (best found: see
                  BUILD_NOTES.md)
@@ -83,7 +83,7 @@ def worker(args):
   contender.warm_up()
   real, padded = getattr(contender, "tokens", (None, args.seq_length))
   job = getattr(contender, "job", None)
-  buckets = list(job.buckets) if job else [args.seq_length]
+  buckets = list(job.facts.buckets) if job else [args.seq_length]
   print(
       json.dumps(
           dict(

@@ -40,7 +40,7 @@ from trainer.foundation import checks  # noqa: E402
 from trainer.foundation import config as config_lib  # noqa: E402
 from trainer.foundation import tasks  # noqa: E402
 from trainer.runtime import host  # noqa: E402
-from trainer.training import launch  # noqa: E402
+from trainer.training import inputs  # noqa: E402
 
 # The files that take most of the suite's CPU (measured: BUILD_NOTES.md,
 # "Test suite"), heaviest first. pytest-xdist (--dist=loadfile) hands files
@@ -256,7 +256,7 @@ def make_splits(c):
   """The splits a run of Config `c` reads (as `launch.setup` resolves
   them: its Task, its data flags, the demo's files)."""
   task = tasks.resolve(c)
-  return splits_lib.make_splits(task, launch.data_spec(c, task))
+  return splits_lib.make_splits(task, inputs.data_spec(c, task))
 
 
 @dataclasses.dataclass

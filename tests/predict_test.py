@@ -17,7 +17,7 @@ from trainer.foundation import errors
 from trainer.foundation import tasks
 from trainer.serving import export
 from trainer.serving import predict
-from trainer.training import launch
+from trainer.training import inputs
 
 
 @pytest.mark.slow
@@ -163,7 +163,7 @@ def test_predict_evaluate_and_training_read_a_file_alike(tmp_path):
   for path, flags, kwargs, rows in _three_files(tmp_path):
     c = config_lib.Config(train_file=path, validation_fraction=0.3, **flags)
     task = tasks.resolve(c)
-    data = launch.data_spec(c, task)
+    data = inputs.data_spec(c, task)
     carved = splits.make_splits(task, data)
     by_index = {}
     for name in ("train", "validation"):

@@ -26,6 +26,7 @@ from trainer.foundation import errors
 from trainer.foundation import tasks
 from trainer.serving import export
 from trainer.training import actions
+from trainer.training import launch
 from trainer.training import train_lib
 
 
@@ -39,7 +40,7 @@ def trained(tmp_path_factory, demo_paths):
   """A run set up, trained and finished in this process (8 steps)."""
   tmp_path = tmp_path_factory.mktemp("train_lib")
   with actions.StopSignals() as signals:
-    job = train_lib.setup(_config(tmp_path, demo_paths), signals=signals)
+    job = launch.setup(_config(tmp_path, demo_paths), signals=signals)
     setup_view = dict(step=job.state.step, plan=job.plan.durations())
     result = train_lib.train(job)
     summary = train_lib.finish(job, result)
@@ -52,16 +53,17 @@ def test_setup_resolves_everything_once(trained):
   # --seq_buckets=auto on the demo's short reviews: lengths of 8 for 3,352
   # of its 4,000 examples, 16 for the rest (at most 10 pieces), 32 empty; an
   # epoch is 3352 // 16 + 648 // 16 batches.
-  assert job.buckets == (8, 16, 32)
+  assert job.facts.buckets == (8, 16, 32)
   assert setup_view == dict(
       step=0, plan=dict(steps_per_epoch=249, total_steps=8, warmup_steps=1))
   run = job.run
   assert run.chief and run.out == run.shared
   assert run.out.checkpoints == os.path.join(run.config.model_dir,
                                              "checkpoints")
-  assert job.route.note == "precision: float32" and not job.route.jit_compile
+  route = job.facts.route
+  assert route.note == "precision: float32" and not route.jit_compile
   assert {
-      k: v["rows_used"] for k, v in job.counts.items()
+      k: v["rows_used"] for k, v in job.facts.counts.items()
   } == {
       "train": 4000,
       "validation": 1000
@@ -108,12 +110,12 @@ def test_a_second_setup_resumes_where_the_first_stopped(trained, demo_paths):
   record["buckets"] = [8, 32]
   del record["train_group_batches"]
   json.dump(record, open(record_path, "w"))
-  again = train_lib.setup(
+  again = launch.setup(
       dataclasses.replace(job.run.config, train_steps=12, checkpoint_every=0))
   again.close()
-  assert again.buckets == (8, 32)
+  assert again.facts.buckets == (8, 32)
   assert json.load(open(record_path))["train_group_batches"] == 4  # spl 4
-  assert again.start_step == 8 and again.state.data_position == 8
+  assert again.facts.start_step == 8 and again.state.data_position == 8
   saved = tf.train.load_checkpoint(
       os.path.join(job.run.out.checkpoints, "ckpt-8"))
   np.testing.assert_array_equal(
@@ -495,7 +497,7 @@ def _train_until(c, stop_after=None):
   """Trains Config `c` in process (no final eval, no export) until its end
   or a stop after `stop_after`; returns the final checkpoint's tensors."""
   signals = _StopAfter(stop_after or 1 << 30)
-  job = train_lib.setup(c, signals=signals)
+  job = launch.setup(c, signals=signals)
   try:
     train_lib.train(job)
     job.state.save_unless_saved()
@@ -570,7 +572,7 @@ def test_a_resume_on_a_grown_training_file_is_refused(tmp_path, demo_paths):
   saved = sorted(os.listdir(os.path.join(c.model_dir, "checkpoints")))
   path.write_text("text,label\n" + "".join(rows))
   with pytest.raises(errors.ConfigError) as e:
-    train_lib.setup(dataclasses.replace(c, train_steps=4))
+    launch.setup(dataclasses.replace(c, train_steps=4))
   assert re.fullmatch(
       rf"--model_dir={re.escape(c.model_dir)} holds the checkpoints of a run "
       r"trained on other data \(train rows_read 2\d\d -> [45]\d\d; "

@@ -29,6 +29,7 @@ from trainer.model import classifier as model_lib
 from trainer.model import optimization
 from trainer.runtime import distribute
 from trainer.runtime import stack
+from trainer.training import inputs
 from trainer.training import launch
 from trainer.training import train_step
 
@@ -84,7 +85,7 @@ def _check_data(c, rows):
   checks = []
   try:
     task = tasks.resolve(c)
-    named = splits_lib.make_splits(task, launch.data_spec(c, task))
+    named = splits_lib.make_splits(task, inputs.data_spec(c, task))
     for name, split in named.items():
       counts = counts_lib.count(split, limit=rows)
       checks.append(

@@ -161,6 +161,18 @@ class TrainState:
     finally:
       self.optimizer.swap_average()
 
+  @property
+  def has_average(self):
+    """Keeps a moving average of the weights (--ema_decay)."""
+    return bool(self.optimizer.ema)
+
+  def steps_per_length(self, lengths):
+    """{bucket length: steps trained in it} for the run's bucket `lengths`,
+    its whole history (a checkpoint from before they were counted: since
+    the resume)."""
+    counts = self.bucket_steps.numpy()
+    return {b: int(counts[i]) for i, b in enumerate(lengths) if counts[i]}
+
   def add_bucket_steps(self, steps):
     """Counts `steps` ({bucket index: steps}) as trained."""
     counts = [0] * buckets.MAX_BUCKETS

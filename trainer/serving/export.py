@@ -39,6 +39,7 @@ from trainer.foundation import errors
 from trainer.foundation import tasks
 from trainer.model import checkpoints
 from trainer.model import classifier as model_lib
+from trainer.runtime import distribute
 from trainer.runtime import run_dir
 
 ExportError = errors.ExportError
@@ -265,6 +266,59 @@ def host_copy(model, encoder):
     for mine, live in zip(ours, theirs, strict=True):
       mine.assign(tf.convert_to_tensor(live))
   return copy
+
+
+class RunExporter:
+  """The export of a training run's live model, <export_base_dir>/<step>:
+  what `finish` hands over (the best model once restored; --ema_decay's
+  moving average of its weights).
+
+  On a TPU, whose variables live there, it exports a copy of the weights
+  on this host (`host_copy` over the encoder rebuilt, or loaded again from
+  its handle); elsewhere the live model itself.
+
+  Args:
+    state: the run's `TrainState` (model, step, `averaged()`, io_device).
+    preprocessor: the run's preprocessor (host).
+    config: the run's Config (seq_length, the encoder handle for a TPU's
+      host copy, demo_cache_dir).
+    task: the run's `tasks.Task`.
+    buckets: the run's bucket lengths (the export serves in them).
+    locations: the run's `run_dir.Locations`.
+    strategy: the run's strategy.
+  """
+
+  def __init__(self, state, preprocessor, config, task, buckets, locations,
+               strategy):
+    self.state, self.preprocessor, self.config = state, preprocessor, config
+    self.task, self.buckets, self.locations = task, tuple(buckets), locations
+    self.strategy = strategy
+
+  def serving_model(self):
+    """The model to export: the live one, or a TPU's copy on this host."""
+    model = self.state.model
+    if not distribute.is_tpu(self.strategy):
+      return model
+    if isinstance(model.encoder, bert.NativeEncoder):
+      encoder = model.encoder.host_twin()
+    else:
+      encoder = handles.load_on_host(self.config.encoder_handle,
+                                     distribute.io_device(self.strategy),
+                                     self.config.demo_cache_dir)
+    return host_copy(model, encoder)
+
+  def __call__(self):
+    """Exports the model of step `state.step` (once); returns its folder."""
+    step = self.state.step
+    target = self.locations.export_dir(step)
+    if is_complete(target):
+      logging.info("Export for step %d exists already: %s", step, target)
+      return target
+    with self.state.averaged():  # --ema_decay: the average is what serves
+      write(self.serving_model(), self.preprocessor, self.config.seq_length,
+            self.task, target, self.state.io_device, self.buckets)
+    logging.info("Exported the model of step %d to %s", step, target)
+    return target
 
 
 def is_complete(export_dir):

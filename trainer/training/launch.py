@@ -8,7 +8,7 @@ the training state restored from the newest intact checkpoint (the restore
 order: `checkpoints.resume_point`, else the pretrained encoder from its
 handle with a fresh head). It then builds what runs: the trainer object,
 the evaluator, and the between-loop actions, and hands them out as a `Job`
-for `controller.train` and `train_lib.finish`.
+for `controller.train` and `finish.finish`.
 """
 
 import dataclasses
@@ -19,8 +19,6 @@ import tensorflow as tf
 from trainer.data import counts as counts_lib
 from trainer.data import input_pipeline
 from trainer.data import preprocessing
-from trainer.data import splits as splits_lib
-from trainer.encoders import demo
 from trainer.encoders import handles
 from trainer.foundation import buckets as buckets_lib
 from trainer.foundation import checks
@@ -35,8 +33,11 @@ from trainer.runtime import distribute
 from trainer.runtime import host
 from trainer.runtime import logs
 from trainer.runtime import run_dir
+from trainer.serving import export as export_lib
 from trainer.training import actions
 from trainer.training import faults
+from trainer.training import finish as finish_lib
+from trainer.training import inputs
 from trainer.training import plan as plan_lib
 from trainer.training import train_step
 from trainer.training import trainer as trainer_lib
@@ -44,8 +45,8 @@ from trainer.training import trainer as trainer_lib
 
 @dataclasses.dataclass
 class Run:
-  """A run's record: its config and task, where it writes, and what it
-  holds while it runs.
+  """A run's record: its config and task, its strategy, where it writes,
+  and what it holds while it runs.
 
   `out` is where this process writes: the run's Locations for the chief, a
   private folder for other workers of a multi-worker job (their saves are
@@ -55,6 +56,7 @@ class Run:
 
   config: config_lib.Config
   task: tasks.Task
+  strategy: tf.distribute.Strategy
   chief: bool
   shared: run_dir.Locations
   out: run_dir.Locations
@@ -76,18 +78,19 @@ class Run:
 
 @dataclasses.dataclass
 class Job:
-  """A run set up: the objects the loop and `finish` use.
+  """A run set up: what its loops (`controller.train`) and its end
+  (`finish.finish`) use.
 
   `actions` are the train actions in the order they run after each loop
   (the last one stops on a signal: `stop`); `evaluations` the evals with
-  their followers (log, summaries, best checkpoint, early stopping).
+  their followers (log, summaries, best checkpoint, early stopping);
+  `after_training` what is given back once the loops end (the progress
+  bar, the profiler, the summary writers' buffers); `exporter` writes the
+  export (None: --export=false, or not the chief).
   """
 
   run: Run
-  strategy: tf.distribute.Strategy
-  route: precision_lib.Route
   plan: plan_lib.Plan
-  counts: dict
   state: train_state.TrainState
   trainer: object
   evaluator: trainer_lib.Evaluator
@@ -95,10 +98,14 @@ class Job:
   best: actions.BestCheckpoint
   actions: list
   stop: actions.StopOnSignal
+  after_training: tuple
+  facts: finish_lib.RunFacts
   preprocessor: object
-  writers: dict
-  start_step: int
-  buckets: tuple = ()
+  exporter: object = None
+
+  def end_training(self):
+    for step in self.after_training:
+      step()
 
   def close(self):
     self.run.close()
@@ -175,58 +182,6 @@ def load_model(c, task, strategy):
       encoder_handle=c.encoder_handle)
   logging.info("%s", route.note)
   return preprocessor, encoder, route
-
-
-def data_spec(c, task):
-  """The DataSpec of Config `c` (the demo's text set built if needed)."""
-  demo_files = ()
-  if task.source == "demo":
-    paths = demo.ensure_assets(c.demo_cache_dir or None)
-    demo_files = (paths["train"], paths["validation"])
-  return splits_lib.from_flags(c, demo_files)
-
-
-def _data(c, task, out):
-  """The splits and their row counts (cached in `out`)."""
-  splits = splits_lib.make_splits(task, data_spec(c, task))
-  counts = counts_lib.count_splits(splits, c.max_bad_fraction, out.data_stats,
-                                   c.num_classes)
-  counts_lib.check_counts(splits, counts, c.validation_fraction)
-  return splits, counts
-
-
-def _length_histogram(c, split, packer, out):
-  """The training rows per packed length (`input_pipeline.length_histogram`,
-  cached in `out` like the counts: a resumed run skips the pass)."""
-  key = repr((repr(split), split.source.stamp(), c.preprocessor_handle,
-              c.demo_cache_dir, c.seq_length))
-  cached = run_dir.read_json(out.length_stats)
-  if cached and cached.get("key") == key:
-    return cached["histogram"]
-  histogram = input_pipeline.length_histogram(split, packer, c.seq_length)
-  run_dir.write_json(out.length_stats,
-                     dict(key=key, histogram=[int(n) for n in histogram]))
-  return histogram
-
-
-def _buckets(c, split, packer, rows_used, out, saved=None):
-  """(--seq_buckets resolved: the bucket lengths, the training examples in
-  each): `auto` chosen from the measured lengths of the training split, or
-  for a resume the buckets the run chose (`saved`, its config.json: a
-  newer rule must not change a run's batches)."""
-  spec = buckets_lib.parse(c.seq_buckets, c.seq_length)
-  if spec == (c.seq_length,):
-    return spec, [rows_used]
-  histogram = _length_histogram(c, split, packer, out)
-  if spec == buckets_lib.AUTO and saved and saved.get("buckets"):
-    spec = tuple(saved["buckets"])
-    if spec == (c.seq_length,):
-      return spec, [rows_used]
-  chosen = buckets_lib.choose(
-      histogram, c.batch_size) if spec == buckets_lib.AUTO else spec
-  logging.info("Length buckets (--seq_buckets=%s): %s", c.seq_buckets,
-               buckets_lib.describe(histogram, chosen, c.batch_size))
-  return chosen, buckets_lib.counts(histogram, chosen)
 
 
 def _plan(c, train_examples, steps_per_epoch):
@@ -369,7 +324,8 @@ def _evaluator(c, strategy, state, task, data):
 
 
 def _actions(c, task, run, plan, state, evaluator, signals):
-  """(train actions, evaluations, best checkpoint, signal stop, writers)."""
+  """(train actions, evaluations, best checkpoint, signal stop, what
+  closes when the loops end: the progress bar, the writers' buffers)."""
   writers = {
       kind: tf.summary.create_file_writer(run.out.summary_writer_dir(kind))
       for kind in ("train", "eval")
@@ -382,17 +338,19 @@ def _actions(c, task, run, plan, state, evaluator, signals):
       actions.EarlyStopping(best, c.early_stopping_patience)
   ])
   stop = actions.StopOnSignal(signals or actions.StopSignals(), state)
+  progress = actions.Progress(
+      plan.total_steps,
+      c.batch_size,
+      start=state.step,
+      tty=None if run.chief else False)
   train_actions = [
-      actions.Progress(
-          plan.total_steps,
-          c.batch_size,
-          start=state.step,
-          tty=None if run.chief else False),
+      progress,
       actions.TrainSummaries(writers["train"]),
       actions.EvalEvery(plan.eval_due, evaluations),
       actions.SaveCheckpoints(plan.checkpoint_due, state.save), stop
   ]
-  return train_actions, evaluations, best, stop, writers
+  closing = (progress.close,) + tuple(w.flush for w in writers.values())
+  return train_actions, evaluations, best, stop, closing
 
 
 def _build(run, strategy, signals):
@@ -400,11 +358,12 @@ def _build(run, strategy, signals):
   c, task = run.config, run.task
   saved = _resumed(c, run.shared)
   preprocessor, encoder, route = load_model(c, task, strategy)
-  splits, counts = _data(c, task, run.out)
+  splits, counts = inputs.splits_and_counts(c, task, run.out)
   counts_lib.check_same_data((saved or {}).get("data"), counts, c.model_dir)
   packer = preprocessing.make_packer(preprocessor, c.seq_length)
-  buckets, in_buckets = _buckets(c, splits["train"], packer,
-                                 counts["train"]["rows_used"], run.out, saved)
+  buckets, in_buckets = inputs.resolve_buckets(c, splits["train"], packer,
+                                               counts["train"]["rows_used"],
+                                               run.out, saved)
   # The order of a bucketed epoch depends on the group: a resume keeps the
   # run's (`buckets.GROUP_BATCHES`), whatever --steps_per_loop is now.
   group = buckets_lib.group_size(c.steps_per_loop, buckets,
@@ -422,25 +381,33 @@ def _build(run, strategy, signals):
   _write_config(run, plan, strategy, route, state.layer_rates,
                 (splits, counts, buckets, group))
   evaluator = _evaluator(c, strategy, state, task, data)
-  train_actions, evaluations, best, stop, writers = _actions(
+  train_actions, evaluations, best, stop, closing = _actions(
       c, task, run, plan, state, evaluator, signals)
+  trainer = _trainer(c, strategy, state, route, data, plan, run)
+  exporter = None
+  if c.export and run.chief:
+    exporter = export_lib.RunExporter(state, preprocessor, c, task, buckets,
+                                      run.out, strategy)
   return Job(
       run=run,
-      strategy=strategy,
-      route=route,
       plan=plan,
-      counts=counts,
       state=state,
-      trainer=_trainer(c, strategy, state, route, data, plan, run),
+      trainer=trainer,
       evaluator=evaluator,
       evaluations=evaluations,
       best=best,
       actions=train_actions,
       stop=stop,
+      after_training=closing + (trainer.close,),
+      facts=finish_lib.RunFacts(
+          start_step=state.step,
+          total_steps=plan.total_steps,
+          replicas=strategy.num_replicas_in_sync,
+          route=route,
+          buckets=tuple(buckets),
+          counts=counts),
       preprocessor=preprocessor,
-      writers=writers,
-      start_step=state.step,
-      buckets=buckets)
+      exporter=exporter)
 
 
 def setup(c, command="trainer.main", signals=None):
@@ -452,7 +419,7 @@ def setup(c, command="trainer.main", signals=None):
   `actions.StopSignals`) is what the loop's stop on a signal checks.
   """
   strategy, chief, shared, out = _start(c)
-  run = Run(c, tasks.resolve(c), chief, shared, out)
+  run = Run(c, tasks.resolve(c), strategy, chief, shared, out)
   if chief:
     run.lock = run_dir.Lock(c.model_dir, command).__enter__()
   try:

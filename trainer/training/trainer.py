@@ -58,13 +58,6 @@ class Trainer:
   def step(self):
     return self.state.step
 
-  @property
-  def steps_per_length(self):
-    """{bucket length: steps trained in it}, this run's whole history (a
-    checkpoint from before they were kept: since the resume)."""
-    counts = self.state.bucket_steps.numpy()
-    return {b: int(counts[i]) for i, b in enumerate(self.buckets) if counts[i]}
-
   def _segment(self, remaining):
     """(group, offset, steps) of the next call: the current group's next
     batches, or a new group's (the data position says where in it)."""
@@ -116,6 +109,9 @@ class Trainer:
         examples=num_steps * self.batch_size,
         learning_rate=float(self.state.optimizer.schedule(step - 1)),
         scalars=self.state.loss_scale_scalars())
+
+  def close(self):
+    """Nothing to give back (`Profiled` stops its profiler)."""
 
   def latest_checkpoint(self):
     return tf.train.latest_checkpoint(self.state.manager.directory)
@@ -184,22 +180,23 @@ class Evaluator:
     self.metric_names = tuple(metric_names)
     self._weights = weights or contextlib.nullcontext
 
-  def evaluate_split(self, name):
+  def evaluate_split(self, name, averaged=True):
     """The metrics of one pass over split `name` (`train_step.evaluate`),
-    inside `weights()` (the state's `averaged`: --ema_decay's average)."""
-    with self._weights():
+    inside `weights()` (the state's `averaged`: --ema_decay's average)
+    unless not `averaged` (the raw weights)."""
+    with self._weights() if averaged else contextlib.nullcontext():
       return train_step.evaluate(self._eval_loop, self.datasets[name](),
                                  self.metric_names)
 
-  def evaluate(self):
+  def evaluate(self, averaged=True):
     """Validation's metrics, and beside them those of each other validation
     split under its prefix (MNLI: `mismatched_accuracy`, ...)."""
-    out = self.evaluate_split("validation")
+    out = self.evaluate_split("validation", averaged)
     for name in self.datasets:
       if not name.startswith("validation_"):
         continue
       prefix = name.removeprefix("validation_") + "_"
-      extra = self.evaluate_split(name)
+      extra = self.evaluate_split(name, averaged)
       out.update({
           prefix + k: v
           for k, v in extra.items()
