@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from splits_test import _pair_file
+import testing
 from trainer.evaluation import metrics
 from trainer.foundation import config as config_lib
 from trainer.foundation import errors
@@ -18,7 +18,7 @@ from trainer.serving import evaluate
 
 def test_evaluate_takes_pairs(mrpc_run, tmp_path, command):
   export_dir = mrpc_run["export_dir"]
-  path = _pair_file(tmp_path, [('say "hi', "b", 1), ("c", "d", 0)])
+  path = testing.pair_file(tmp_path, [('say "hi', "b", 1), ("c", "d", 0)])
   scored = command("evaluate", f"--export_dir={export_dir}",
                    f"--input_file={path}", "--text_column=q,s",
                    "--quoting=none", "--eval_metrics=f1,mcc")

@@ -12,8 +12,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import run_outside_project
-from preprocessing_test import PAIRS
-from splits_test import _pair_file
+import testing
 from trainer.data import input_pipeline
 from trainer.data import preprocessing
 from trainer.data import sources
@@ -180,15 +179,15 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  registers the preprocessor's ops
 serve = tf.saved_model.load({summary['export_dir']!r}).signatures[
     "serving_default"]
-out = serve(text=tf.constant({[p[0] for p in PAIRS]!r}),
-            text_pair=tf.constant({[p[1] for p in PAIRS]!r}))
+out = serve(text=tf.constant({[p[0] for p in testing.PAIRS]!r}),
+            text_pair=tf.constant({[p[1] for p in testing.PAIRS]!r}))
 print(json.dumps(dict(trainer="trainer" in sys.modules,
                       probabilities=out["probabilities"].numpy().tolist())))
 """)
   assert served["trainer"] is False
   # The trainer's side: its pipeline over a TSV of the same pairs and its
   # predict step on the model restored from the same checkpoint.
-  path = _pair_file(tmp_path, [(a, b, 0) for a, b in PAIRS])
+  path = testing.pair_file(tmp_path, [(a, b, 0) for a, b in testing.PAIRS])
   c = export.read_run_config(model_dir)
   preprocessor, model, _, _ = export.load_classifier(c)
   source = sources.FileSource(path, {"0": 0}, text_column="q,s", quoting="none")
@@ -199,7 +198,7 @@ print(json.dumps(dict(trainer="trainer" in sys.modules,
       iter(
           input_pipeline.eval_dataset(
               splits_lib.Split("t", source), packer, (c.seq_length,),
-              len(PAIRS))))
+              len(testing.PAIRS))))
   probabilities = train_step.make_predict_step(model)(batch)
   np.testing.assert_allclose(
       served["probabilities"], probabilities.numpy(), atol=1e-5)

@@ -3,9 +3,7 @@ reconcile; files as people ship them (gzip, a byte-order mark, UTF-16,
 binary, huge fields)."""
 
 import collections
-import csv
 import gzip
-import io
 import os
 import re
 import zipfile
@@ -13,102 +11,16 @@ import zipfile
 import pytest
 
 from conftest import SHARED_CSV
+import testing
 from trainer.data import counts as counts_lib
 from trainer.data import files
 from trainer.data import sources
 from trainer.data import splits as splits_lib
 from trainer.foundation import errors
 
-LONG = "word " * 20_000  # 100,000 characters
-
-# What every fixture injects, by reason (sentiment140 latin-1 files cannot
-# hold invalid bytes: every byte is a latin-1 character).
-INJECTED = dict(
-    malformed_row=5,
-    label_not_a_number=4,
-    label_not_in_map=6,
-    empty_text=3,
-    invalid_utf8=2)
-
-
-def _valid_texts(n):
-  texts = [
-      f"tweet number {i} &quot;quoted&quot; &amp; caf\u00e9" for i in range(n)
-  ]
-  texts[7] = LONG
-  texts[8] = 'she said "hi", then left'
-  return texts
-
-
-def _fields(layout, label, text):
-  if layout == "sentiment140":
-    return [
-        str(label), "1467810369", "Mon Apr 06 22:19:45 PDT 2009", "NO_QUERY",
-        "user", text
-    ]
-  return [text, str(label)]
-
-
-def _line(layout, fields):
-  if layout == "sentiment140":
-    return ",".join('"' + f.replace('"', '""') + '"' for f in fields) + "\n"
-  out = io.StringIO()
-  csv.writer(
-      out, delimiter="\t" if layout == "tsv" else ",",
-      lineterminator="\n").writerow(fields)
-  return out.getvalue()
-
-
-def make_fixture(layout,
-                 n_valid=200,
-                 header=None,
-                 encoding="utf-8",
-                 inject=True):
-  """Returns (bytes, valid texts, labels) with INJECTED defects spread in."""
-  pos, neg = (4, 0) if layout == "sentiment140" else (1, 0)
-  valid = _valid_texts(n_valid)
-  lines, labels = [], []
-  for i, text in enumerate(valid):
-    label = pos if i % 2 else neg
-    labels.append(label)
-    lines.append(_line(layout, _fields(layout, label, text)).encode(encoding))
-  if inject:
-    bad = []
-    for i in range(INJECTED["malformed_row"] - 2):
-      bad.append(_line(layout, _fields(layout, neg, f"x{i}")[:-1] + ["", ""]))
-    # Unterminated quotes: the rest of the file must still be read.
-    sep = "\t" if layout == "tsv" else ","
-    if layout == "sentiment140":
-      bad.append('"0","1","d","q","u","broken quote\n')
-      bad.append('"4","1","d","q","u","also broken\n')
-    else:
-      bad.append(f'"broken quote{sep}{neg}\n')
-      bad.append(f'"also broken{sep}{neg}\n')
-    bad = [b.encode(encoding) for b in bad]
-    for i in range(INJECTED["label_not_a_number"]):
-      bad.append(
-          _line(layout, _fields(layout, "pos",
-                                f"nan label {i}")).encode(encoding))
-    for i in range(INJECTED["label_not_in_map"]):
-      bad.append(
-          _line(layout, _fields(layout, 2, f"neutral {i}")).encode(encoding))
-    for text in ("", "   ", "\t "):
-      bad.append(_line(layout, _fields(layout, pos, text)).encode(encoding))
-    if encoding == "utf-8":
-      for i in range(INJECTED["invalid_utf8"]):
-        good = _line(layout, _fields(layout, pos, f"bad bytes {i} XX"))
-        bad.append(good.encode().replace(b"XX", b"\xff\xfe"))
-    # Spread the defects through the file, one every 20 valid rows.
-    for k, b in enumerate(bad):
-      lines.insert(10 + 21 * k, b)
-  head = b""
-  if header:
-    head = _line(layout, header).encode(encoding)
-  return head + b"".join(lines), valid, labels
-
 
 def _expected_counts(encoding):
-  want = dict(INJECTED)
+  want = dict(testing.INJECTED)
   if encoding != "utf-8":
     del want["invalid_utf8"]
   return want
@@ -142,7 +54,8 @@ LAYOUTS = [
 @pytest.mark.parametrize("name,layout,header,encoding,filename", LAYOUTS)
 def test_injected_defects_reconcile_and_valid_rows_arrive(
     tmp_path, name, layout, header, encoding, filename):
-  data, valid, _ = make_fixture(layout, header=header, encoding=encoding)
+  data, valid, _ = testing.make_fixture(
+      layout, header=header, encoding=encoding)
   path = tmp_path / filename
   path.write_bytes(data)
   label_map = {0: 0, 4: 1} if layout == "sentiment140" else {0: 0, 1: 1}
@@ -157,7 +70,7 @@ def test_injected_defects_reconcile_and_valid_rows_arrive(
   assert counts["rows_used"] == len(valid)
   assert counts["rows_read"] == len(valid) + sum(want.values())
   assert texts == valid  # every valid row, in order, long text intact
-  assert LONG in texts
+  assert testing.LONG in texts
 
 
 def test_wrong_column_name_is_a_clear_error(tmp_path):
@@ -210,21 +123,21 @@ def _counts(source):
 @pytest.mark.parametrize("name", ["d.csv.gz", "d.csv"])
 def test_gzip_streams_like_a_plain_file(tmp_path, name):
   """By its magic bytes, whatever the name; with 4 stripes too."""
-  data, valid, _ = make_fixture("csv", header=["text", "label"])
+  data, valid, _ = testing.make_fixture("csv", header=["text", "label"])
   path = tmp_path / name
   path.write_bytes(gzip.compress(data))
   source = _source(path)
   assert source.layout().file_format == "csv"
   counts = _counts(source)
   assert counts["rows_used"] == len(valid)
-  assert counts["rejected"] == INJECTED
+  assert counts["rejected"] == testing.INJECTED
   striped = splits_lib.Split("s", source).records(stripes=4)
   assert sum(int(r["reason"]) == 0 for r in striped) == len(valid)
 
 
 def test_a_utf8_byte_order_mark_is_skipped(tmp_path):
   for layout, header in (("csv", ["text", "label"]), ("sentiment140", None)):
-    data, valid, _ = make_fixture(layout, header=header, inject=False)
+    data, valid, _ = testing.make_fixture(layout, header=header, inject=False)
     path = tmp_path / f"{layout}.csv"
     path.write_bytes(b"\xef\xbb\xbf" + data)
     label_map = {0: 0, 4: 1} if layout == "sentiment140" else None

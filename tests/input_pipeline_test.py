@@ -7,10 +7,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_hub as hub
 
-from files_test import _fields
-from files_test import _line
-from splits_test import _split
-from splits_test import _write_csv
+import testing
 from trainer.data import input_pipeline
 from trainer.data import preprocessing
 from trainer.data import sources
@@ -28,11 +25,12 @@ def test_distributed_train_data_is_int32_and_static(tmp_path, preprocessor):
   """One bucket: every feature fully static, [batch, group, seq_length] per
   replica; several: static but the length, which is a bucket's in each
   group."""
-  _write_csv(tmp_path / "d.csv", [(f"text {i}", i % 2) for i in range(40)])
+  testing.write_csv(tmp_path / "d.csv",
+                    [(f"text {i}", i % 2) for i in range(40)])
   packer = preprocessing.make_packer(preprocessor, 16)
   strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
   ds = input_pipeline.train_groups(
-      _split(tmp_path / "d.csv"), packer, (16,), 8, 3, steps_per_epoch=5)
+      testing.split(tmp_path / "d.csv"), packer, (16,), 8, 3, steps_per_epoch=5)
   input_pipeline.check_int_features(ds.element_spec)
   dist = strategy.experimental_distribute_dataset(ds)
   want = dict(label=[4, 3], meta=[4, 2])
@@ -45,7 +43,11 @@ def test_distributed_train_data_is_int32_and_static(tmp_path, preprocessor):
       "input_word_ids", "input_mask", "input_type_ids", "label", "meta"
   }
   bucketed = input_pipeline.train_groups(
-      _split(tmp_path / "d.csv"), packer, (4, 16), 8, 3, steps_per_epoch=5)
+      testing.split(tmp_path / "d.csv"),
+      packer, (4, 16),
+      8,
+      3,
+      steps_per_epoch=5)
   input_pipeline.check_int_features(bucketed.element_spec)
   assert bucketed.element_spec["input_word_ids"].shape.as_list() == [8, 3, None]
   with pytest.raises(TypeError, match="static batch and group sizes"):
@@ -53,22 +55,12 @@ def test_distributed_train_data_is_int32_and_static(tmp_path, preprocessor):
         dict(label=tf.TensorSpec([None, 3], tf.int32)))
 
 
-def _varied_text(i):
-  """Row i: its number and 0 to 4 words "a": packed lengths 3 to 8 (the
-  demo vocabulary has the digits and "a" as pieces), every row distinct."""
-  return " ".join([str(i)] + ["a"] * (i * 7 % 5))
-
-
-def _varied_csv(path, n):
-  _write_csv(path, [(_varied_text(i), i % 2) for i in range(n)])
-
-
 @pytest.mark.parametrize("buckets", [(8,), (4, 8)])
 def test_resumed_stream_equals_tail_of_uninterrupted_stream(
     tmp_path, preprocessor, buckets):
-  _varied_csv(tmp_path / "d.csv", 30)
+  testing.varied_csv(tmp_path / "d.csv", 30)
   packer = preprocessing.make_packer(preprocessor, 8)
-  split = _split(tmp_path / "d.csv")
+  split = testing.split(tmp_path / "d.csv")
   spe = buckets_lib.steps_per_epoch(
       buckets_lib.counts(
           input_pipeline.length_histogram(split, packer, 8), buckets), 4)
@@ -103,11 +95,11 @@ def test_resumed_stream_equals_tail_of_uninterrupted_stream(
 
 
 def test_eval_counts_every_example_once(tmp_path, preprocessor):
-  _varied_csv(tmp_path / "d.csv", 10)
+  testing.varied_csv(tmp_path / "d.csv", 10)
   packer = preprocessing.make_packer(preprocessor, 8)
   batches = list(
       input_pipeline.eval_dataset(
-          _split(tmp_path / "d.csv"), packer, (8,), 4, group_size=2))
+          testing.split(tmp_path / "d.csv"), packer, (8,), 4, group_size=2))
   assert len(batches) == 3
   weights = np.concatenate([b["weight"].numpy() for b in batches])
   assert weights.tolist() == [1.0] * 10 + [0.0] * 2
@@ -116,12 +108,12 @@ def test_eval_counts_every_example_once(tmp_path, preprocessor):
   # row is counted once (in the bucket of its length).
   bucketed = list(
       input_pipeline.eval_dataset(
-          _split(tmp_path / "d.csv"), packer, (4, 8), 4, group_size=2))
+          testing.split(tmp_path / "d.csv"), packer, (4, 8), 4, group_size=2))
   real = [
       b["input_word_ids"].numpy()[b["weight"].numpy() > 0] for b in bucketed
   ]
   assert sum(len(r) for r in real) == 10
-  texts = [_varied_text(i) for i in range(10)]
+  texts = [testing.varied_text(i) for i in range(10)]
   everything = packer(tf.constant(texts))
   short = int((everything["input_mask"].numpy().sum(axis=1) <= 4).sum())
   assert sorted(b["input_word_ids"].shape[1]
@@ -134,10 +126,10 @@ def test_eval_counts_every_example_once(tmp_path, preprocessor):
 
 def test_length_histogram_counts_every_usable_row_by_its_length(
     tmp_path, preprocessor):
-  _varied_csv(tmp_path / "d.csv", 24)
+  testing.varied_csv(tmp_path / "d.csv", 24)
   packer = preprocessing.make_packer(preprocessor, 8)
   histogram = input_pipeline.length_histogram(
-      _split(tmp_path / "d.csv"), packer, 8)
+      testing.split(tmp_path / "d.csv"), packer, 8)
   # [CLS], a piece per digit of i ("12" is "1", "##2"), i*7 % 5 pieces "a",
   # [SEP]; at most 8.
   want = np.bincount([min(2 + len(str(i)) + i * 7 % 5, 8) for i in range(24)],
@@ -161,7 +153,8 @@ def _first_batches_label_mix(path, stripes, demo_paths):
 
 def test_label_sorted_file_gives_mixed_batches(tmp_path, demo_paths):
   rows = [
-      _line("sentiment140", _fields("sentiment140", label, f"t {i}"))
+      testing.line("sentiment140",
+                   testing.fields("sentiment140", label, f"t {i}"))
       for label in (0, 4)
       for i in range(2000)
   ]
@@ -196,9 +189,9 @@ def test_small_training_groups_spread_every_bucket_over_the_epoch(
   """Groups of --steps_per_loop batches put a bucket with fewer batches
   than a group only at the epoch's end (an epoch ordered by length); the
   trainer's groups (`buckets.group_size`) spread it over the epoch."""
-  _varied_csv(tmp_path / "d.csv", 400)
+  testing.varied_csv(tmp_path / "d.csv", 400)
   packer = preprocessing.make_packer(preprocessor, 8)
-  split = _split(tmp_path / "d.csv")
+  split = testing.split(tmp_path / "d.csv")
   buckets = (5, 8)
   counts = buckets_lib.counts(
       input_pipeline.length_histogram(split, packer, 8), buckets)

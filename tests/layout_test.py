@@ -156,3 +156,27 @@ def test_library_imports_are_at_the_top(module):
         names = [n for n in _trainer_imports(inner) if n in MODULES]
         assert not names, (f"trainer/{module}.py imports {names} inside "
                            f"{node.name}")
+
+
+def test_no_test_file_imports_another():
+  """Shared test helpers live in tests/testing.py (fixtures in conftest.py):
+  no tests/*.py imports a `*_test` module, at the top or in a function."""
+  folder = os.path.join(ROOT, "tests")
+  found = []
+  for name in sorted(os.listdir(folder)):
+    if not name.endswith(".py"):
+      continue
+    with open(os.path.join(folder, name)) as f:
+      tree = ast.parse(f.read())
+    for node in ast.walk(tree):
+      if isinstance(node, ast.Import):
+        modules = [a.name for a in node.names]
+      elif isinstance(node, ast.ImportFrom) and not node.level:
+        modules = [node.module or ""]
+      else:
+        continue
+      found += [
+          f"tests/{name}:{node.lineno} imports {m}" for m in modules
+          if m.split(".")[0].endswith("_test")
+      ]
+  assert not found, found

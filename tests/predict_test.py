@@ -9,7 +9,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from conftest import run_module
-from splits_test import _pair_file
+import testing
 from trainer.data import input_pipeline
 from trainer.data import splits
 from trainer.foundation import config as config_lib
@@ -45,7 +45,7 @@ def test_predict_takes_pairs(mrpc_run, tmp_path, command):
                                                           "a good day"),
                                                          ("x", "y")]
   assert all(abs(sum(r["probabilities"]) - 1) < 1e-5 for r in rows)
-  path = _pair_file(tmp_path, [('say "hi', "b", 1), ("c", "d", 0)])
+  path = testing.pair_file(tmp_path, [('say "hi', "b", 1), ("c", "d", 0)])
   from_file = command("predict", f"--export_dir={export_dir}",
                       f"--input_file={path}", "--text_column=q,s",
                       "--quoting=none")

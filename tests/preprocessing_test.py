@@ -11,6 +11,7 @@ import tensorflow as tf
 import tensorflow_hub as hub
 import tensorflow_text as text
 
+import testing
 from trainer.data import preprocessing
 from trainer.encoders import demo
 from trainer.training import train_step
@@ -72,21 +73,6 @@ def test_same_ids_eager_and_in_tf_data_batched_and_unbatched(preprocessor):
   np.testing.assert_array_equal(eager, one_by_one)
 
 
-LONG_A = "the quick brown fox jumps over the lazy dog " * 6
-
-LONG_B = "a great movie with a bad ending and good music " * 5
-
-# Awkward pairs: one side empty after cleaning (a zero-width space and a
-# BOM are removed by BERT's clean-up), both long, one long, both short.
-PAIRS = [
-    ("a fine day", "\u200b\ufeff"),
-    ("\u200b", "the dog sat"),
-    (LONG_A, LONG_B),
-    (LONG_A, "short one"),
-    ("short one", LONG_B),
-    ("hello world", "good movie"),
-]
-
 SEQ = 24
 
 
@@ -128,13 +114,13 @@ def _assert_inputs_equal(got, want):
 def test_pairs_pack_as_tf_text_does_eagerly_and_in_tf_data(demo_paths):
   preprocessor = tf.saved_model.load(demo_paths["preprocessor"])
   pack = preprocessing.make_packer(preprocessor, SEQ)
-  strings = tf.constant([list(p) for p in PAIRS])
-  want = _reference(_vocab_file(demo_paths), PAIRS, SEQ)
+  strings = tf.constant([list(p) for p in testing.PAIRS])
+  want = _reference(_vocab_file(demo_paths), testing.PAIRS, SEQ)
   _assert_inputs_equal({k: v.numpy() for k, v in pack(strings).items()}, want)
   in_data = next(
       iter(
-          tf.data.Dataset.from_tensor_slices(strings).batch(
-              len(PAIRS)).map(pack)))
+          tf.data.Dataset.from_tensor_slices(strings).batch(len(
+              testing.PAIRS)).map(pack)))
   _assert_inputs_equal({k: v.numpy() for k, v in in_data.items()}, want)
   # The layout itself: [CLS] a [SEP] b [SEP], types 0 then 1, trimmed
   # round-robin (both long: 11 + 10 of the 21 places).

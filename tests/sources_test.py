@@ -12,7 +12,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from conftest import SHARED_CSV
-from splits_test import tfds_split
+import testing
 from trainer.data import counts as counts_lib
 from trainer.foundation import config as config_lib
 from trainer.foundation import errors
@@ -72,10 +72,10 @@ def test_the_real_tfds_builder_prepares_sentiment140_offline(tmp_path, command):
   # `trainer.evaluate --tfds_name --split=NAME` reads a split whole.
   c = config_lib.Config(
       tfds_name="sentiment140", data_dir=str(tmp_path / "tfds"))
-  test = counts_lib.count(tfds_split(c, "test"))
+  test = counts_lib.count(testing.tfds_split(c, "test"))
   assert test["rows_read"] == 400
   with pytest.raises(errors.ConfigError) as info:
-    tfds_split(c, "validation")
+    testing.tfds_split(c, "validation")
   assert str(info.value) == ("--split='validation' is invalid: TFDS "
                              "sentiment140 has splits ['test', 'train']")
   result = command("main", "--tfds_name=sentiment140",

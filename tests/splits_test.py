@@ -2,7 +2,6 @@
 counted by its fate, the bad-row limit, the seeded validation carve, TFDS
 splits read whole."""
 
-import csv
 import dataclasses
 import os
 import re
@@ -14,9 +13,7 @@ import tensorflow_datasets as tfds
 
 from conftest import ROOT
 from conftest import make_splits
-from files_test import _fields
-from files_test import _line
-from files_test import make_fixture
+import testing
 from trainer.data import counts as counts_lib
 from trainer.data import input_pipeline
 from trainer.data import sources
@@ -24,14 +21,6 @@ from trainer.data import splits as splits_lib
 from trainer.foundation import checks
 from trainer.foundation import config as config_lib
 from trainer.foundation import errors
-from trainer.foundation import tasks
-
-
-def _write_csv(path, rows):
-  with open(path, "w", newline="") as f:
-    w = csv.writer(f)
-    w.writerow(["text", "label"])
-    w.writerows(rows)
 
 
 def _count(split, **kwargs):
@@ -41,23 +30,11 @@ def _count(split, **kwargs):
   return counts
 
 
-def _split(path, label_map=None):
-  return splits_lib.Split(
-      "train", sources.FileSource(str(path), label_map or {
-          0: 0,
-          1: 1
-      }, "csv"))
-
-
-def tfds_split(c, name):
-  """Every row of TFDS split `name` of the run of Config `c`."""
-  return splits_lib.tfds_split(tasks.resolve(c), splits_lib.from_flags(c), name)
-
-
 def test_sentiment140_zip_gives_train_and_test(tmp_path):
-  train, valid, _ = make_fixture("sentiment140", encoding="iso-8859-1")
+  train, valid, _ = testing.make_fixture("sentiment140", encoding="iso-8859-1")
   test = b"".join(
-      _line("sentiment140", _fields("sentiment140", p, f"t{i}")).encode()
+      testing.line("sentiment140", testing.fields("sentiment140", p,
+                                                  f"t{i}")).encode()
       for i, p in enumerate([0, 2, 4, 4, 2, 0, 4]))
   path = tmp_path / "trainingandtestdata.zip"
   with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
@@ -119,7 +96,7 @@ def test_a_tfds_split_by_name_is_read_whole():
       text=[f"review {i}" for i in range(60)] + [""], label=[0, 1] * 30 + [1])
   with _mock({"train": rows, "test": rows}):
     c = config_lib.Config(tfds_name="imdb_reviews")
-    train = tfds_split(c, "train")
+    train = testing.tfds_split(c, "train")
     counts = _count(train, num_classes=2)
   assert train.describe() == "TFDS imdb_reviews split train"
   assert counts == dict(
@@ -133,10 +110,10 @@ def test_a_tfds_split_by_name_is_read_whole():
 
 
 def test_csv_rows_are_counted_by_reason(tmp_path):
-  _write_csv(tmp_path / "d.csv", [("good", 1), ("fine", 0), ("neutral", 2),
-                                  ("   ", 1), ("bad label", "x"),
-                                  ("ok again", 1)])
-  counts = _count(_split(tmp_path / "d.csv"))
+  testing.write_csv(tmp_path / "d.csv", [("good", 1), ("fine", 0),
+                                         ("neutral", 2), ("   ", 1),
+                                         ("bad label", "x"), ("ok again", 1)])
+  counts = _count(testing.split(tmp_path / "d.csv"))
   assert counts == dict(
       rows_read=6,
       rows_used=3,
@@ -182,7 +159,8 @@ def test_tfds_sentiment140_maps_0_4_and_excludes_neutral():
 
 
 def test_validation_carve_is_deterministic_and_disjoint(tmp_path):
-  _write_csv(tmp_path / "d.csv", [(f"row {i}", i % 2) for i in range(200)])
+  testing.write_csv(tmp_path / "d.csv",
+                    [(f"row {i}", i % 2) for i in range(200)])
   src = sources.FileSource(str(tmp_path / "d.csv"), {0: 0, 1: 1}, "csv")
   parts = {
       h: [
@@ -204,19 +182,12 @@ def test_validation_carve_is_deterministic_and_disjoint(tmp_path):
   assert 30 <= len(parts[True]) <= 70
 
 
-def _pair_file(tmp_path, rows, name="pairs.tsv"):
-  path = tmp_path / name
-  path.write_text("id\tq\ts\tlabel\n" + "".join(
-      f"{i}\t{a}\t{b}\t{y}\n" for i, (a, b, y) in enumerate(rows)))
-  return str(path)
-
-
 def test_an_empty_second_text_is_rejected_with_its_own_reason(tmp_path):
   rows = [(f"question {i}", f"sentence {i}", i % 2) for i in range(20)]
   rows[3] = ("question 3", "  ", 1)
   rows[7] = ("", "sentence 7", 0)
   rows[9] = ("q", "", "maybe")
-  path = _pair_file(tmp_path, rows)
+  path = testing.pair_file(tmp_path, rows)
   c = config_lib.Config(
       train_file=path, eval_file=path, text_column="q, s", quoting="none")
   split = make_splits(c)["validation"]
@@ -241,7 +212,7 @@ def test_a_word_label_outside_the_map_is_a_broken_row(tmp_path):
   typo (or a map's), not a class left out on purpose."""
   rows = [(f"q {i}", f"s {i}", ("entailment", "neutral",
                                 "contradiction")[i % 3]) for i in range(30)]
-  path = _pair_file(tmp_path, rows)
+  path = testing.pair_file(tmp_path, rows)
   c = config_lib.Config(
       train_file=path,
       eval_file=path,
@@ -332,7 +303,8 @@ def test_validation_folds_partition_the_rows(tmp_path):
   """Folds 0..3 of one seed at 0.25 are disjoint and cover every row; each
   fold's remaining part is the other three folds; fold 0 is the carve of
   runs from before --validation_fold."""
-  _write_csv(tmp_path / "d.csv", [(f"row {i}", i % 2) for i in range(200)])
+  testing.write_csv(tmp_path / "d.csv",
+                    [(f"row {i}", i % 2) for i in range(200)])
   src = sources.FileSource(str(tmp_path / "d.csv"), {0: 0, 1: 1}, "csv")
 
   def rows(holdout, fold):
@@ -374,18 +346,18 @@ def test_the_digest_follows_content_not_the_file(tmp_path):
   a row added; not with a copy of the file elsewhere (new time stamp) or
   with the chunking of the read."""
   rows = [(f"row {i}", i % 2) for i in range(50)]
-  _write_csv(tmp_path / "a.csv", rows)
+  testing.write_csv(tmp_path / "a.csv", rows)
 
   def digest(name):
-    return counts_lib.count(_split(tmp_path / name))["digest"]
+    return counts_lib.count(testing.split(tmp_path / name))["digest"]
 
   base = digest("a.csv")
   os.makedirs(tmp_path / "copy")
-  _write_csv(tmp_path / "copy" / "a.csv", rows)
+  testing.write_csv(tmp_path / "copy" / "a.csv", rows)
   assert digest("copy/a.csv") == base
-  _write_csv(tmp_path / "b.csv", rows[:7] + [("row 7!", 1)] + rows[8:])
-  _write_csv(tmp_path / "c.csv", rows[:7] + [("row 7", 0)] + rows[8:])
-  _write_csv(tmp_path / "d.csv", rows + [("one more", 1)])
+  testing.write_csv(tmp_path / "b.csv", rows[:7] + [("row 7!", 1)] + rows[8:])
+  testing.write_csv(tmp_path / "c.csv", rows[:7] + [("row 7", 0)] + rows[8:])
+  testing.write_csv(tmp_path / "d.csv", rows + [("one more", 1)])
   assert len({base, digest("b.csv"), digest("c.csv"), digest("d.csv")}) == 4
 
 
@@ -416,7 +388,8 @@ def test_a_resume_on_other_data_is_refused_in_one_line():
 def test_a_fold_without_a_carve_is_refused(tmp_path):
   """--validation_fold picks a share of a carve: with --eval_file there is
   none, and every fold would be the same run."""
-  _write_csv(tmp_path / "d.csv", [(f"row {i}", i % 2) for i in range(20)])
+  testing.write_csv(tmp_path / "d.csv",
+                    [(f"row {i}", i % 2) for i in range(20)])
   path = str(tmp_path / "d.csv")
   c = config_lib.Config(train_file=path, eval_file=path, validation_fold=1)
   with pytest.raises(errors.ConfigError) as e:

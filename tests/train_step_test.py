@@ -5,8 +5,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_hub as hub
 
-from input_pipeline_test import _varied_csv
-from splits_test import _split
+import testing
 from trainer.data import input_pipeline
 from trainer.data import preprocessing
 from trainer.encoders import bert
@@ -429,8 +428,8 @@ def test_bucketed_groups_give_one_and_two_replicas_the_same_weights(
   the eval loop too, over two whole passes."""
   preprocessor = hub.load(demo_paths["preprocessor"])
   packer = preprocessing.make_packer(preprocessor, 8)
-  _varied_csv(tmp_path / "d.csv", 40)
-  split = _split(tmp_path / "d.csv")
+  testing.varied_csv(tmp_path / "d.csv", 40)
+  split = testing.split(tmp_path / "d.csv")
   counts = buckets_lib.counts(
       input_pipeline.length_histogram(split, packer, 8), (4, 8))
   assert min(counts) >= 8  # both buckets train

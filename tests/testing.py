@@ -1,0 +1,161 @@
+"""Helpers several test files share: data files as the trainer meets them
+(CSV and TSV rows, sentiment140 lines with injected defects, sentence
+pairs) and the splits that read them.
+
+Test files import this module (`import testing`), never one another;
+fixtures stay in conftest.py.
+"""
+
+import csv
+import io
+
+from trainer.data import sources
+from trainer.data import splits as splits_lib
+from trainer.foundation import tasks
+
+LONG = "word " * 20_000  # 100,000 characters
+
+# What every fixture injects, by reason (sentiment140 latin-1 files cannot
+# hold invalid bytes: every byte is a latin-1 character).
+INJECTED = dict(
+    malformed_row=5,
+    label_not_a_number=4,
+    label_not_in_map=6,
+    empty_text=3,
+    invalid_utf8=2)
+
+
+def valid_texts(n):
+  """`n` valid texts: entities, an accent, a LONG one, one with quotes."""
+  texts = [
+      f"tweet number {i} &quot;quoted&quot; &amp; caf\u00e9" for i in range(n)
+  ]
+  texts[7] = LONG
+  texts[8] = 'she said "hi", then left'
+  return texts
+
+
+def fields(layout, label, text):
+  """The fields of one row of `layout` ("sentiment140", "csv" or "tsv")."""
+  if layout == "sentiment140":
+    return [
+        str(label), "1467810369", "Mon Apr 06 22:19:45 PDT 2009", "NO_QUERY",
+        "user", text
+    ]
+  return [text, str(label)]
+
+
+def line(layout, row):
+  """One line of a `layout` file holding the fields `row`, quoted as shipped."""
+  if layout == "sentiment140":
+    return ",".join('"' + f.replace('"', '""') + '"' for f in row) + "\n"
+  out = io.StringIO()
+  csv.writer(
+      out, delimiter="\t" if layout == "tsv" else ",",
+      lineterminator="\n").writerow(row)
+  return out.getvalue()
+
+
+def make_fixture(layout,
+                 n_valid=200,
+                 header=None,
+                 encoding="utf-8",
+                 inject=True):
+  """Returns (bytes, valid texts, labels) with INJECTED defects spread in."""
+  pos, neg = (4, 0) if layout == "sentiment140" else (1, 0)
+  valid = valid_texts(n_valid)
+  lines, labels = [], []
+  for i, text in enumerate(valid):
+    label = pos if i % 2 else neg
+    labels.append(label)
+    lines.append(line(layout, fields(layout, label, text)).encode(encoding))
+  if inject:
+    bad = []
+    for i in range(INJECTED["malformed_row"] - 2):
+      bad.append(line(layout, fields(layout, neg, f"x{i}")[:-1] + ["", ""]))
+    # Unterminated quotes: the rest of the file must still be read.
+    sep = "\t" if layout == "tsv" else ","
+    if layout == "sentiment140":
+      bad.append('"0","1","d","q","u","broken quote\n')
+      bad.append('"4","1","d","q","u","also broken\n')
+    else:
+      bad.append(f'"broken quote{sep}{neg}\n')
+      bad.append(f'"also broken{sep}{neg}\n')
+    bad = [b.encode(encoding) for b in bad]
+    for i in range(INJECTED["label_not_a_number"]):
+      bad.append(
+          line(layout, fields(layout, "pos",
+                              f"nan label {i}")).encode(encoding))
+    for i in range(INJECTED["label_not_in_map"]):
+      bad.append(
+          line(layout, fields(layout, 2, f"neutral {i}")).encode(encoding))
+    for text in ("", "   ", "\t "):
+      bad.append(line(layout, fields(layout, pos, text)).encode(encoding))
+    if encoding == "utf-8":
+      for i in range(INJECTED["invalid_utf8"]):
+        good = line(layout, fields(layout, pos, f"bad bytes {i} XX"))
+        bad.append(good.encode().replace(b"XX", b"\xff\xfe"))
+    # Spread the defects through the file, one every 20 valid rows.
+    for k, b in enumerate(bad):
+      lines.insert(10 + 21 * k, b)
+  head = b""
+  if header:
+    head = line(layout, header).encode(encoding)
+  return head + b"".join(lines), valid, labels
+
+
+def write_csv(path, rows):
+  """Writes `rows` (text, label) to a CSV file at `path`, with a header."""
+  with open(path, "w", newline="") as f:
+    w = csv.writer(f)
+    w.writerow(["text", "label"])
+    w.writerows(rows)
+
+
+def split(path, label_map=None):
+  """The "train" Split of the text,label CSV file at `path` (labels 0, 1)."""
+  return splits_lib.Split(
+      "train", sources.FileSource(str(path), label_map or {
+          0: 0,
+          1: 1
+      }, "csv"))
+
+
+def tfds_split(c, name):
+  """Every row of TFDS split `name` of the run of Config `c`."""
+  return splits_lib.tfds_split(tasks.resolve(c), splits_lib.from_flags(c), name)
+
+
+def pair_file(tmp_path, rows, name="pairs.tsv"):
+  """A GLUE-like TSV (id, q, s, label) of `rows` (a, b, label); its path."""
+  path = tmp_path / name
+  path.write_text("id\tq\ts\tlabel\n" + "".join(
+      f"{i}\t{a}\t{b}\t{y}\n" for i, (a, b, y) in enumerate(rows)))
+  return str(path)
+
+
+LONG_A = "the quick brown fox jumps over the lazy dog " * 6
+
+LONG_B = "a great movie with a bad ending and good music " * 5
+
+# Awkward pairs: one side empty after cleaning (a zero-width space and a
+# BOM are removed by BERT's clean-up), both long, one long, both short.
+PAIRS = [
+    ("a fine day", "\u200b\ufeff"),
+    ("\u200b", "the dog sat"),
+    (LONG_A, LONG_B),
+    (LONG_A, "short one"),
+    ("short one", LONG_B),
+    ("hello world", "good movie"),
+]
+
+
+def varied_text(i):
+  """Row i: its number and 0 to 4 words "a": packed lengths 3 to 8 (the
+  demo vocabulary has the digits and "a" as pieces), every row distinct."""
+  return " ".join([str(i)] + ["a"] * (i * 7 % 5))
+
+
+def varied_csv(path, n):
+  """Writes `n` rows of `varied_text`, labels alternating, to `path`."""
+  write_csv(path, [(varied_text(i), i % 2) for i in range(n)])
