@@ -9,7 +9,7 @@ finished run, whether that run's files were left intact (every file that
 existed before is byte for byte the same). A drill passes when the exit
 code and the line are the expected ones, no traceback was printed, nothing
 hung (a time limit per drill) and the run is intact. Prints a markdown
-table; exits 1 if a drill failed. tests/drills_test.py runs a few.
+table; exits 1 if a drill failed.
 """
 
 import argparse

@@ -2,11 +2,11 @@ r"""The house by concept: each group of trainer/, its modules and their size.
 
     python benchmarks/house_report.py
 
-Prints, per group (base, data, model, serving, loop, commands, the face),
-each module's lines, what it owns (the first line of its docstring), and
-the places to look at: a module over 400 lines or a function over 50 may
-own more than one thing. A report, not a gate (tests/layout_test.py holds
-the ceilings).
+Prints, per group (foundation, runtime, data, evaluation, encoders, model,
+serving, training, commands, the face), each module's lines, what it owns
+(the first line of its docstring), and the places to look at: a module
+over 400 lines or a function over 50 may own more than one thing. A
+report, not a gate (tests/layout_test.py holds the ceilings).
 """
 
 import ast

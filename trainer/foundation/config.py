@@ -253,8 +253,8 @@ class Config:
       "float32", "bfloat16/float16: mixed precision, matmuls in it with "
       "float32 variables, loss and logits; float16 with dynamic loss scaling"
       " (GPUs without bfloat16). auto: bfloat16 on TPUs, GPUs >= 8.0, AMX/"
-      "AVX512_BF16 CPUs; float16 on older GPUs; else float32. See README.",
-      PRECISIONS)
+      "AVX512_BF16 CPUs; float16 on older GPUs; else float32. See "
+      "docs/precision.md.", PRECISIONS)
   demo_cache_dir: str = _tunable(
       "", "Where the demo model and data are built ('' = "
       "~/.cache/bert_tpu_trainer or $BERT_TRAINER_CACHE).")

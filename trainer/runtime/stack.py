@@ -13,10 +13,10 @@ VM), so it can check the stack before anything heavy starts. It imports
 nothing of the trainer: `install/existing_tf.sh` runs it as a script to find
 the companions of the TensorFlow it finds:
 
-    python trainer/stack.py companions   # pip requirements, one per line
-    python trainer/stack.py companions --with-deps
-    python trainer/stack.py pins         # what TensorFlow needs, pinned
-    python trainer/stack.py check        # problems, exit code 2 if any
+    python trainer/runtime/stack.py companions  # pip requirements, a line each
+    python trainer/runtime/stack.py companions --with-deps
+    python trainer/runtime/stack.py pins        # what TensorFlow needs, pinned
+    python trainer/runtime/stack.py check       # problems, exit code 2 if any
 """
 
 import importlib.metadata

@@ -10,8 +10,8 @@ prints them:
     python -m trainer.evaluate --model_dir=RUN [--checkpoint=PATH] \
         --split=validation --output_file=metrics.json --tensorboard_dir=TB
 
-`--input_file` scores every row of one labelled file (CSV, TSV, JSONL,
-Parquet, Sentiment140's CSV; the trainer's `--text_column`, `--label_column`,
+`--input_file` scores every row of one labelled file (CSV or TSV, such as
+Sentiment140's CSV; the trainer's `--text_column`, `--label_column`,
 `--label_map` read it); with `--tfds_name`, `--split` names any split of the
 dataset, scored whole. Otherwise the data flags are the trainer's and
 `--split` is its validation (carved as the run carved it), test or train.

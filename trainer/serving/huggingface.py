@@ -215,8 +215,8 @@ def _files(c, task, encoder, model, preprocessor):
   return out
 
 
-# Where transformers and the trainer tokenize differently (README.md, "Take
-# the model elsewhere"), said when it applies.
+# Where transformers and the trainer tokenize differently (docs/
+# huggingface.md), said when it applies.
 PAIR_CAVEAT = (
     "pairs: when both texts must be cut and the budget is odd, transformers' "
     "longest_first gives the extra token to the longer text, the trainer's "
