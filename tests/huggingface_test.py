@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from conftest import ROOT, invoke, tiny_config
 from trainer.encoders import hf_import
+from trainer.encoders import hf_names
 from trainer.serving import hf_tokenizer
 from trainer.serving import huggingface
 from trainer.training import train_lib
@@ -519,13 +520,15 @@ def test_an_interrupted_export_leaves_no_folder(demo_run, tmp_path,
   assert os.listdir(tmp_path) == []
 
 
-def test_safetensors_written_by_hand_read_by_the_library(demo_hf):
+def test_safetensors_written_read_by_the_library_and_back(demo_hf):
   from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
   tensors = load_file(os.path.join(demo_hf, "model.safetensors"))
   assert tensors["classifier.weight"].shape == (2, 64)
   assert "bert.pooler.dense.weight" in tensors
-  assert hf_import.read_safetensors(os.path.join(
-      demo_hf, "model.safetensors")).keys() == tensors.keys()
+  ours = hf_names.read_safetensors(os.path.join(demo_hf, "model.safetensors"))
+  assert ours.keys() == tensors.keys()
+  for name, value in tensors.items():
+    np.testing.assert_array_equal(ours[name], value)
 
 
 def test_pipeline_with_truncation_scores_long_texts_as_the_export(

@@ -15,12 +15,12 @@ by name. OUT receives
 to be trained with `--encoder_handle=OUT/encoder
 --preprocessor_handle=OUT/preprocessor`. The weights go into the same
 `trainer.bert.BertEncoder` the embedded demo uses; nothing needs PyTorch or
-transformers at conversion time (safetensors is read with NumPy).
+transformers at conversion time (the `safetensors` package reads the
+weights; `hf_names` maps them).
 """
 
 import json
 import os
-import struct
 
 from absl import logging
 import numpy as np
@@ -28,61 +28,10 @@ import tensorflow as tf
 
 from trainer.data import preprocessing
 from trainer.encoders import bert
+from trainer.encoders import hf_names
 from trainer.foundation import errors
 
 ConversionError = errors.ConversionError
-
-# safetensors dtype names -> NumPy dtypes (BF16 is widened by hand).
-_SAFETENSORS_DTYPES = {
-    "F64": np.float64,
-    "F32": np.float32,
-    "F16": np.float16,
-    "I64": np.int64,
-    "I32": np.int32,
-    "I16": np.int16,
-    "I8": np.int8,
-    "U8": np.uint8,
-    "BOOL": np.bool_,
-}
-
-
-def read_safetensors(path):
-  """Reads a .safetensors file into {name: np.ndarray} (BF16 -> float32).
-
-  The format: an 8-byte little-endian header size, a JSON header mapping
-  each tensor name to its dtype, shape and [begin, end) byte offsets into
-  the data that follows.
-  """
-  with tf.io.gfile.GFile(path, "rb") as f:
-    blob = f.read()
-  if len(blob) < 8:
-    raise ConversionError(f"{path} is not a safetensors file (too short)")
-  (header_size,) = struct.unpack("<Q", blob[:8])
-  if header_size > len(blob) - 8:
-    raise ConversionError(f"{path} is not a safetensors file (bad header)")
-  try:
-    header = json.loads(blob[8:8 + header_size])
-  except ValueError:
-    raise ConversionError(
-        f"{path} is not a safetensors file (header is not JSON)") from None
-  data = memoryview(blob)[8 + header_size:]
-  tensors = {}
-  for name, info in header.items():
-    if name == "__metadata__":
-      continue
-    begin, end = info["data_offsets"]
-    raw = data[begin:end]
-    if info["dtype"] == "BF16":
-      # bfloat16 is the top half of a float32.
-      wide = np.frombuffer(raw, np.uint16).astype(np.uint32) << 16
-      array = wide.view(np.float32)
-    elif info["dtype"] in _SAFETENSORS_DTYPES:
-      array = np.frombuffer(raw, _SAFETENSORS_DTYPES[info["dtype"]])
-    else:
-      raise ConversionError(
-          f"{path}: tensor {name} has unsupported dtype {info['dtype']}")
-    tensors[name] = array.reshape(info["shape"])
-  return tensors
 
 
 def _read_pytorch_bin(path):
@@ -171,7 +120,7 @@ def read_weights(hf_dir):
   safetensors = os.path.join(hf_dir, "model.safetensors")
   pickle = os.path.join(hf_dir, "pytorch_model.bin")
   if tf.io.gfile.exists(safetensors):
-    tensors = read_safetensors(safetensors)
+    tensors = hf_names.read_safetensors(safetensors)
   elif tf.io.gfile.exists(pickle):
     tensors = _read_pytorch_bin(pickle)
   else:
@@ -182,22 +131,12 @@ def read_weights(hf_dir):
   return {k.removeprefix("bert."): v for k, v in tensors.items()}
 
 
-# (our module of `bert._TransformerLayer`, its HF path under
-# encoder.layer.N); the HF export writes the same names.
-LAYER_PARTS = (("query", "attention.self.query"), ("key", "attention.self.key"),
-               ("value", "attention.self.value"), ("attention_output",
-                                                   "attention.output.dense"),
-               ("attention_layer_norm", "attention.output.LayerNorm"),
-               ("intermediate", "intermediate.dense"),
-               ("output_dense", "output.dense"), ("output_layer_norm",
-                                                  "output.LayerNorm"))
-
-
-def _take(tensors, *names):
-  for name in names:
-    if name in tensors:
-      return tensors.pop(name)
-  raise ConversionError(f"the checkpoint lacks the tensor {names[0]}")
+def _take(tensors, name):
+  """Pops tensor `name` (or its gamma/beta spelling) from `tensors`."""
+  for key in (name, hf_names.legacy_name(name)):
+    if key in tensors:
+      return tensors.pop(key)
+  raise ConversionError(f"the checkpoint lacks the tensor {name}")
 
 
 def _assign(variable, value, name, transpose=False):
@@ -211,25 +150,9 @@ def _assign(variable, value, name, transpose=False):
   variable.assign((value.T if transpose else value).astype(np.float32))
 
 
-def _load_dense(dense, tensors, prefix):
-  # PyTorch's Linear stores [out, in]; our kernel is [in, out].
-  _assign(
-      dense.kernel,
-      _take(tensors, prefix + ".weight"),
-      prefix + ".weight",
-      transpose=True)
-  _assign(dense.bias, _take(tensors, prefix + ".bias"), prefix + ".bias")
-
-
-def _load_layer_norm(norm, tensors, prefix):
-  _assign(norm.gamma, _take(tensors, prefix + ".weight", prefix + ".gamma"),
-          prefix + ".weight")
-  _assign(norm.beta, _take(tensors, prefix + ".bias", prefix + ".beta"),
-          prefix + ".bias")
-
-
 def load_weights(encoder, tensors):
-  """Assigns HF BERT tensors to a `bert.BertEncoder`; returns notes.
+  """Assigns HF BERT tensors to a `bert.BertEncoder` through the name table
+  (`hf_names.bert_tensor_names`); returns notes.
 
   Every encoder variable must be covered, except the pooler, which
   sentence-embedding checkpoints may lack (it keeps its random init and is
@@ -238,28 +161,12 @@ def load_weights(encoder, tensors):
   """
   tensors = dict(tensors)
   notes = []
-  _assign(encoder.word_embeddings,
-          _take(tensors, "embeddings.word_embeddings.weight"),
-          "embeddings.word_embeddings.weight")
-  _assign(encoder.position_embeddings,
-          _take(tensors, "embeddings.position_embeddings.weight"),
-          "embeddings.position_embeddings.weight")
-  _assign(encoder.type_embeddings,
-          _take(tensors, "embeddings.token_type_embeddings.weight"),
-          "embeddings.token_type_embeddings.weight")
-  _load_layer_norm(encoder.embeddings_layer_norm, tensors,
-                   "embeddings.LayerNorm")
-  for i, layer in enumerate(encoder.layers):
-    for ours, theirs in LAYER_PARTS:
-      module, theirs = getattr(layer, ours), f"encoder.layer.{i}.{theirs}"
-      if hasattr(module, "gamma"):
-        _load_layer_norm(module, tensors, theirs)
-      else:
-        _load_dense(module, tensors, theirs)
-  if "pooler.dense.weight" in tensors:
-    _load_dense(encoder.pooler, tensors, "pooler.dense")
-  else:
+  has_pooler = hf_names.POOLER + ".weight" in tensors
+  if not has_pooler:
     notes.append("no pooler in the checkpoint: pooler initialized randomly")
+  for name, variable, transposed in hf_names.bert_tensor_names(encoder):
+    if has_pooler or not name.startswith(hf_names.POOLER):
+      _assign(variable, _take(tensors, name), name, transposed)
   extra_layer = f"encoder.layer.{len(encoder.layers)}."
   if any(k.startswith(extra_layer) for k in tensors):
     raise ConversionError(

@@ -30,7 +30,6 @@ sibling and renamed into place; an existing non-empty DIR is refused.
 import dataclasses
 import json
 import os
-import struct
 
 from absl import logging
 import numpy as np
@@ -39,7 +38,7 @@ import tensorflow as tf
 from trainer.data import preprocessing
 from trainer.encoders import bert
 from trainer.encoders import garden
-from trainer.encoders import hf_import
+from trainer.encoders import hf_names
 from trainer.foundation import checks
 from trainer.foundation import errors
 from trainer.foundation import tasks
@@ -50,60 +49,18 @@ from trainer.serving import hf_tokenizer
 ExportError = errors.ExportError
 
 
-def _hf_dense(out, prefix, dense):
-  # PyTorch's Linear keeps [out, in]; ours is [in, out].
-  out[prefix + ".weight"] = np.ascontiguousarray(dense.kernel.numpy().T)
-  out[prefix + ".bias"] = dense.bias.numpy()
-
-
-def _hf_norm(out, prefix, norm):
-  out[prefix + ".weight"] = norm.gamma.numpy()
-  out[prefix + ".bias"] = norm.beta.numpy()
-
-
 def hf_tensors(encoder, kernel, bias):
   """The BertForSequenceClassification state dict of `bert.BertEncoder`
-  `encoder` under the head (`kernel` [hidden, classes], `bias`
-  [classes]): {name: float32 np.ndarray}."""
-  out = {
-      "bert.embeddings.word_embeddings.weight":
-          encoder.word_embeddings.numpy(),
-      "bert.embeddings.position_embeddings.weight":
-          encoder.position_embeddings.numpy(),
-      "bert.embeddings.token_type_embeddings.weight":
-          encoder.type_embeddings.numpy(),
-  }
-  _hf_norm(out, "bert.embeddings.LayerNorm", encoder.embeddings_layer_norm)
-  for i, layer in enumerate(encoder.layers):
-    for ours, theirs in hf_import.LAYER_PARTS:
-      part = getattr(layer, ours)
-      name = f"bert.encoder.layer.{i}.{theirs}"
-      if hasattr(part, "gamma"):
-        _hf_norm(out, name, part)
-      else:
-        _hf_dense(out, name, part)
-  _hf_dense(out, "bert.pooler.dense", encoder.pooler)
-  out["classifier.weight"] = np.ascontiguousarray(np.asarray(kernel).T)
+  `encoder` (named by `hf_names.bert_tensor_names`) under the head
+  (`kernel` [hidden, classes], `bias` [classes]): {name: float32
+  np.ndarray}."""
+  out = {}
+  for name, variable, transposed in hf_names.bert_tensor_names(encoder):
+    value = variable.numpy()
+    out["bert." + name] = value.T if transposed else value
+  out["classifier.weight"] = np.asarray(kernel).T
   out["classifier.bias"] = np.asarray(bias)
-  return {k: v.astype(np.float32) for k, v in out.items()}
-
-
-def safetensors_bytes(tensors):
-  """{name: np.ndarray float32} as a .safetensors file: an 8-byte
-  little-endian header size, the JSON header (dtype, shape, byte offsets),
-  then the raw little-endian data."""
-  header, offset, blobs = {"__metadata__": {"format": "pt"}}, 0, []
-  for name in sorted(tensors):
-    data = np.ascontiguousarray(tensors[name], dtype="<f4").tobytes()
-    header[name] = dict(
-        dtype="F32",
-        shape=list(tensors[name].shape),
-        data_offsets=[offset, offset + len(data)])
-    offset += len(data)
-    blobs.append(data)
-  raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
-  raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned
-  return struct.pack("<Q", len(raw)) + raw + b"".join(blobs)
+  return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
 
 
 def hf_config(config, task, pad_id, classifier_dropout):
@@ -206,7 +163,7 @@ def _files(c, task, encoder, model, preprocessor):
   as_json = lambda d: json.dumps(d, indent=2).encode("utf-8") + b"\n"
   out = hf_tokenizer.files(preprocessor, c.preprocessor_handle, c.seq_length)
   out["README.md"] = model_card(task, c.seq_length).encode("utf-8")
-  out["model.safetensors"] = safetensors_bytes(
+  out["model.safetensors"] = hf_names.safetensors_bytes(
       hf_tensors(encoder, model.kernel.numpy(), model.bias.numpy()))
   pad = preprocessing.special_tokens(preprocessor)["padding_id"]
   # Last: a folder is a model once config.json is there.
