@@ -24,11 +24,6 @@ DOCS = sorted(["README.md", "BUILD_NOTES.md", "benchmarks/RESULTS.md"] + [
 # A `trainer/...py` path: not the tail of a longer name (`my_trainer/x.py`).
 TRAINER_PATH = re.compile(r"(?<![\w.-])trainer/[\w/]+\.py")
 
-# Named before it exists: the lead is splitting the end of a run out of
-# trainer/training/train_lib.py into this module. Remove the entry once it
-# has landed; until then the docs may name it.
-KNOWN_AHEAD = frozenset({"trainer/training/finish.py"})
-
 # `trainer/commands/X.py`: a one-capital-letter stem stands for any module of
 # the folder (`python -m trainer.X` runs `trainer/commands/X.py`); the folder
 # must then hold modules.
@@ -63,7 +58,7 @@ def missing_trainer_paths(text):
   (the known-ahead names aside)."""
   return [(_line_of(text, m.start()), m.group())
           for m in TRAINER_PATH.finditer(text)
-          if m.group() not in KNOWN_AHEAD and not _exists(m.group())]
+          if not _exists(m.group())]
 
 
 def _blank(match):
