@@ -92,7 +92,7 @@ def test_export_matches_trainer_eval_step_and_token_ids(demo_run, tmp_path):
   probs = train_step.make_predict_step(model)(batch)
   np.testing.assert_allclose(
       served["probabilities"].numpy(), probs.numpy(), atol=1e-5)
-  for key in train_step.ENCODER_KEYS:
+  for key in preprocessing.ENCODER_INPUTS:
     np.testing.assert_array_equal(exported_ids[key].numpy(), batch[key].numpy())
 
 

@@ -14,7 +14,6 @@ import tensorflow_text as text
 import testing
 from trainer.data import preprocessing
 from trainer.encoders import demo
-from trainer.training import train_step
 
 AWKWARD = [
     "The movie was GREAT!", "&quot;great&quot; &amp; fun", "zzz",
@@ -106,7 +105,7 @@ def _reference(vocab_file, pairs, seq_length):
 
 
 def _assert_inputs_equal(got, want):
-  for key in train_step.ENCODER_KEYS:
+  for key in preprocessing.ENCODER_INPUTS:
     np.testing.assert_array_equal(np.asarray(got[key]), want[key], err_msg=key)
 
 

@@ -63,3 +63,27 @@ def test_known_tfds_tasks_fill_what_the_user_left_unset():
   with pytest.raises(errors.ConfigError, match="leave --label_map unset"):
     checks.validate(
         config_lib.Config(num_classes=1, label_map="0:0", eval_metrics=""))
+
+
+def test_reported_is_what_an_eval_reports_by_kind_of_task():
+  assert tasks.reported(("f1", "accuracy"), False) == ("loss", "accuracy", "f1")
+  assert tasks.reported(("mcc",), False) == ("loss", "accuracy", "mcc")
+  assert tasks.reported(("pearson", "spearman"),
+                        True) == ("loss", "pearson", "spearman")
+  assert tasks.reported(
+      ("accuracy",), False,
+      ("validation", "validation_mismatched")) == ("loss", "accuracy",
+                                                   "mismatched_loss",
+                                                   "mismatched_accuracy")
+  assert tasks.metric_key("validation", "f1") == "f1"
+  assert tasks.metric_key("validation_mismatched", "f1") == "mismatched_f1"
+
+
+def test_a_resolved_task_reports_its_validation_splits():
+  mnli = tasks.resolve(
+      config_lib.Config(
+          tfds_name="glue/mnli", num_classes=3, label_names="a,b,c"))
+  assert mnli.validation_splits == ("validation", "validation_mismatched")
+  assert "mismatched_accuracy" in mnli.reported
+  sst2 = tasks.resolve(config_lib.Config(tfds_name="glue/sst2"))
+  assert sst2.reported == ("loss", "accuracy")

@@ -10,6 +10,7 @@ stream from the source through a bounded shuffle buffer.
 
 import tensorflow as tf
 
+from trainer.data import preprocessing
 from trainer.data import splits
 
 
@@ -32,7 +33,6 @@ def usable_rows(split, stripes=1):
 # Rows tokenized and packed per map call (vectorized; the order is kept).
 _PACK_ROWS = 256
 # The features of a packed example: the encoder's three, [..., length].
-TOKEN_KEYS = ("input_word_ids", "input_mask", "input_type_ids")
 
 
 def _pack_batch(packer):
@@ -98,7 +98,7 @@ def _group(rows, batch, group_size, length, pad_rows, static_length=None):
   for key, value in rows.items():
     if key in ("length", "bucket"):
       continue
-    value = value[:, :length] if key in TOKEN_KEYS else value
+    value = value[:, :length] if key in preprocessing.ENCODER_INPUTS else value
     used = count * batch
     value = value[:used] if not pad_rows else tf.pad(value, [[0, used - n]] +
                                                      [[0, 0]] *
@@ -109,7 +109,7 @@ def _group(rows, batch, group_size, length, pad_rows, static_length=None):
     value = tf.transpose(value, perm)
     value = tf.pad(value, [[0, 0], [0, group_size - count]] + [[0, 0]] *
                    (len(value.shape) - 2))
-    static = [static_length] if key in TOKEN_KEYS else []
+    static = [static_length] if key in preprocessing.ENCODER_INPUTS else []
     out[key] = tf.ensure_shape(value, [batch, group_size] + static)
   return out, count
 

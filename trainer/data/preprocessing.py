@@ -20,6 +20,9 @@ import tensorflow as tf
 import tensorflow_text as text
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+# The TF Hub BERT interface: what the preprocessor packs and the encoder
+# takes, int32 [batch, seq_length] each.
+ENCODER_INPUTS = ("input_word_ids", "input_mask", "input_type_ids")
 
 
 class _Tokenize(tf.Module):
@@ -241,8 +244,7 @@ def make_packer(preprocessor, seq_length):
         k:
             tf.ensure_shape(
                 tf.reshape(tf.cast(inputs[k], tf.int32), [batch, seq_length]),
-                [strings.shape[0], seq_length])
-        for k in ("input_word_ids", "input_mask", "input_type_ids")
+                [strings.shape[0], seq_length]) for k in ENCODER_INPUTS
     }
 
   return pack

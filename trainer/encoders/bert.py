@@ -19,6 +19,8 @@ import math
 
 import tensorflow as tf
 
+from trainer.data import preprocessing
+
 
 @dataclasses.dataclass(frozen=True)
 class BertConfig:
@@ -312,7 +314,7 @@ def save_encoder(encoder, export_dir):
   """
   spec = {
       k: tf.TensorSpec([None, None], tf.int32, name=k)
-      for k in ("input_word_ids", "input_mask", "input_type_ids")
+      for k in preprocessing.ENCODER_INPUTS
   }
   # A plain trackable root: a tf.train.Checkpoint root would be restored as
   # a Checkpoint, whose children a surrounding checkpoint does not save.

@@ -167,13 +167,9 @@ def _check_task(c):
       _fail(flag, getattr(c, flag), "give one field, or two for a sentence "
             "pair")
   try:
-    reported = ("loss",) + tasks.resolve(c).metrics
+    reported = tasks.resolve(c).reported
   except ValueError as e:
     _fail("eval_metrics", c.eval_metrics, str(e))
-  if c.num_classes != 1:
-    reported += ("accuracy",) * ("accuracy" not in reported)
-  reported += (
-      "mismatched_accuracy",) if c.tfds_name.startswith("glue/mnli") else ()
   if c.early_stopping_metric.split("/")[-1] not in reported:
     _fail(
         "early_stopping_metric", c.early_stopping_metric, "evals report "

@@ -27,8 +27,10 @@ HEADERS = ("auto", "yes", "no")
 QUOTINGS = ("csv", "none")
 PRECISIONS = ("float32", "bfloat16", "float16", "auto")
 POOLINGS = ("cls", "mean")
-EARLY_STOPPING_METRICS = ("eval/loss",) + tuple(
-    f"eval/{m}" for m in tasks.METRICS + ("mismatched_accuracy",))
+# Every name any eval reports (which ones a run's evals report: checks).
+EARLY_STOPPING_METRICS = tuple(f"eval/{m}" for m in dict.fromkeys(
+    tasks.reported(tasks.METRICS, False, ("validation",
+                                          "validation_mismatched"))))
 ConfigError = errors.ConfigError
 
 # Vertex AI sets these for custom jobs; they are the defaults of the flags.

@@ -23,6 +23,23 @@ REGRESSION_METRICS = ("pearson", "spearman")
 METRICS = CLASSIFICATION_METRICS + REGRESSION_METRICS
 
 
+def metric_key(split, metric):
+  """The name under which an eval of validation split `split` reports
+  `metric`: validation's own plainly, another's under its suffix (MNLI's
+  "validation_mismatched": `mismatched_accuracy`)."""
+  prefix = split.removeprefix("validation").removeprefix("_")
+  return f"{prefix}_{metric}" if prefix else metric
+
+
+def reported(metrics, regression, validation_splits=("validation",)):
+  """Every scalar an eval reports (`eval/<name>`, what
+  --early_stopping_metric may pick): loss, accuracy for any
+  classification, the task's `metrics`, for each of `validation_splits`."""
+  own = ("loss",) + (() if regression else ("accuracy",))
+  own += tuple(m for m in metrics if m not in own)
+  return tuple(metric_key(s, m) for s in validation_splits for m in own)
+
+
 @dataclasses.dataclass(frozen=True)
 class KnownTask:
   """A TFDS dataset's defaults: `text_keys` one or two features (a pair);
@@ -187,10 +204,16 @@ class Task:
   text_fields: tuple = ("text",)
   label_field: str = "label"
   hidden_test_labels: bool = False
+  validation_splits: tuple = ("validation",)
 
   @property
   def regression(self):
     return self.num_classes == 1
+
+  @property
+  def reported(self):
+    """What each of its evals reports (`reported`)."""
+    return reported(self.metrics, self.regression, self.validation_splits)
 
   @property
   def pairs(self):
@@ -226,4 +249,12 @@ def resolve(c, source=None):
           c.eval_metrics or default_metrics(c.num_classes), c.num_classes),
       text_fields=_fields(text),
       label_field=label,
-      hidden_test_labels=bool(known and known.hidden_test_labels))
+      hidden_test_labels=bool(known and known.hidden_test_labels),
+      validation_splits=_validation_splits(known))
+
+
+def _validation_splits(known):
+  """The validation splits a known task evaluates, the main one first as
+  "validation" (MNLI: matched, then mismatched beside it)."""
+  named = [s for s in (known.splits if known else ()) if "validation" in s]
+  return ("validation",) + tuple(named[1:])

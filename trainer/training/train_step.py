@@ -11,14 +11,13 @@ the loop never retraces; host work happens between their calls.
 import numpy as np
 import tensorflow as tf
 
+from trainer.data import preprocessing
 from trainer.evaluation import metrics
-
-ENCODER_KEYS = ("input_word_ids", "input_mask", "input_type_ids")
 
 
 def encoder_inputs(batch):
   """The three encoder inputs of a batch (a TF Hub encoder rejects extras)."""
-  return {k: batch[k] for k in ENCODER_KEYS}
+  return {k: batch[k] for k in preprocessing.ENCODER_INPUTS}
 
 
 def _per_example_loss(logits, labels):

@@ -20,6 +20,7 @@ import time
 from absl import logging
 import tensorflow as tf
 
+from trainer.foundation import tasks
 from trainer.runtime import host
 from trainer.training import controller
 from trainer.training import train_step
@@ -195,10 +196,9 @@ class Evaluator:
     for name in self.datasets:
       if not name.startswith("validation_"):
         continue
-      prefix = name.removeprefix("validation_") + "_"
       extra = self.evaluate_split(name, averaged)
       out.update({
-          prefix + k: v
+          tasks.metric_key(name, k): v
           for k, v in extra.items()
           if isinstance(v, (int, float))
       })
