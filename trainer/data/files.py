@@ -173,12 +173,12 @@ def _sniff(sample, path):
 
 def detect_layout(path,
                   member="",
-                  file_format="auto",
-                  text_column="text",
-                  label_column="label",
-                  encoding="",
-                  header="auto",
-                  quoting="csv",
+                  file_format=config.default("file_format"),
+                  text_column=config.default("text_column"),
+                  label_column=config.default("label_column"),
+                  encoding=config.default("encoding"),
+                  header=config.default("header"),
+                  quoting=config.default("quoting"),
                   label_kind="int"):
   """Reads the first bytes of the file and decides how to parse it.
 

@@ -24,6 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from trainer.data import files
+from trainer.foundation import config
 from trainer.foundation import errors
 
 REASONS = files.REASONS
@@ -211,13 +212,14 @@ class FileSource:
 
   path: str
   label_map: dict
-  file_format: str = "auto"
-  text_column: str = "text"  # one column, or two comma-separated (a pair)
-  label_column: str = "label"  # '': no labels (texts to predict)
-  encoding: str = ""
+  file_format: str = config.default("file_format")
+  # One column, or two comma-separated (a pair).
+  text_column: str = config.default("text_column")
+  label_column: str = config.default("label_column")  # '': no labels
+  encoding: str = config.default("encoding")
   member: str = ""
-  header: str = "auto"
-  quoting: str = "csv"
+  header: str = config.default("header")
+  quoting: str = config.default("quoting")
   regression: bool = False
 
   def describe(self):

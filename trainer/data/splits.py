@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from trainer.data import files
 from trainer.data import sources
+from trainer.foundation import config
 from trainer.foundation import errors
 from trainer.foundation import tasks
 
@@ -37,19 +38,19 @@ class DataSpec:
   from and how to read them. `demo_files` holds the demo text set's
   (train, validation) CSVs when the run is the embedded demo's."""
 
-  tfds_name: str = ""
-  data_dir: str = ""
-  train_file: str = ""
-  eval_file: str = ""
-  test_file: str = ""
-  file_format: str = "auto"
-  encoding: str = ""
-  header: str = "auto"
-  quoting: str = "csv"
-  label_map: str = ""
-  validation_fraction: float = 0.05
-  validation_fold: int = 0
-  seed: int = 0
+  tfds_name: str = config.default("tfds_name")
+  data_dir: str = config.default("data_dir")
+  train_file: str = config.default("train_file")
+  eval_file: str = config.default("eval_file")
+  test_file: str = config.default("test_file")
+  file_format: str = config.default("file_format")
+  encoding: str = config.default("encoding")
+  header: str = config.default("header")
+  quoting: str = config.default("quoting")
+  label_map: str = config.default("label_map")
+  validation_fraction: float = config.default("validation_fraction")
+  validation_fold: int = config.default("validation_fold")
+  seed: int = config.default("seed")
   demo_files: tuple = ()
 
 

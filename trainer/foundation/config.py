@@ -302,6 +302,13 @@ class Config:
     return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
 
 
+def default(name):
+  """The default of Config field `name`: the one place a data-reading
+  default is written (DataSpec, FileSource, files.detect_layout and predict
+  take theirs from here)."""
+  return Config.__dataclass_fields__[name].default  # pylint: disable=no-member
+
+
 def is_demo(c):
   """The embedded demo: the demo encoder and the demo text set."""
   return c.encoder_handle == DEMO and tasks.source_kind(c) == "demo"

@@ -188,6 +188,13 @@ def _fields(spec):
   return tuple(f.strip() for f in spec.split(","))
 
 
+def tfds_text_fields(tfds_name, text_key=""):
+  """The text feature(s) of TFDS dataset `tfds_name`: `text_key` (one, or
+  two comma-separated), else the known task's, else "text"."""
+  known = tfds_task(tfds_name)
+  return _fields(text_key or (known.text_keys if known else "text"))
+
+
 @dataclasses.dataclass(frozen=True)
 class Task:
   """What a run learns, resolved from its flags (`resolve`).
@@ -237,17 +244,17 @@ def resolve(c, source=None):
   source = source or source_kind(c)
   known = tfds_task(c.tfds_name) if source == "tfds" else None
   if source == "tfds":
-    text = c.text_key or (known.text_keys if known else "text")
+    text_fields = tfds_text_fields(c.tfds_name, c.text_key)
     label = c.label_key or (known.label_key if known else "label")
   else:
-    text, label = c.text_column, c.label_column
+    text_fields, label = _fields(c.text_column), c.label_column
   return Task(
       source=source,
       num_classes=c.num_classes,
       class_names=class_names(c.label_names, c.num_classes),
       metrics=parse_metrics(
           c.eval_metrics or default_metrics(c.num_classes), c.num_classes),
-      text_fields=_fields(text),
+      text_fields=text_fields,
       label_field=label,
       hidden_test_labels=bool(known and known.hidden_test_labels),
       validation_splits=_validation_splits(known))

@@ -38,6 +38,7 @@ import tensorflow_text  # noqa: F401  (registers the preprocessor's ops)
 from trainer.data import files
 from trainer.data import sources
 from trainer.data import splits
+from trainer.foundation import config
 from trainer.foundation import errors
 from trainer.foundation import tasks
 from trainer.serving import export
@@ -103,11 +104,7 @@ def _lines(input_file, encoding):
 
 def read_tfds(name, split, text_key="", data_dir=""):
   """Yields the texts of every row of a TFDS split (strings, or pairs)."""
-  task = tasks.tfds_task(name)
-  keys = [
-      k.strip()
-      for k in (text_key or (task.text_keys if task else "text")).split(",")
-  ]
+  keys = tasks.tfds_text_fields(name, text_key)
   ds = sources.load_tfds(name, split, data_dir or None, keys)
   for example in ds.as_numpy_iterator():
     texts = tuple(example[k].decode("utf-8", errors="replace") for k in keys)
@@ -217,15 +214,15 @@ def predict(export_dir,
             text_pairs=(),
             *,
             input_file="",
-            text_column="text",
-            quoting="csv",
-            header="auto",
-            encoding="",
-            file_format="auto",
+            text_column=config.default("text_column"),
+            quoting=config.default("quoting"),
+            header=config.default("header"),
+            encoding=config.default("encoding"),
+            file_format=config.default("file_format"),
             tfds_name="",
             split="test",
-            text_key="",
-            data_dir="",
+            text_key=config.default("text_key"),
+            data_dir=config.default("data_dir"),
             batch_size=256):
   """Predicts with the export at `export_dir`; yields one dict per text
   (`predictions`), streamed. The texts are `texts` (with `text_pairs`, one
