@@ -11,7 +11,7 @@ warms up once, then runs timed chunks on command; the parent alternates them
                  (`launch.setup`): tf.range loop of --steps_per_loop
                  steps per call,
                  --jit_compile as given per encoder size (best found: see
-                 BUILD_NOTES.md)
+                 RESULTS.md)
   trainer_loop1  trainer_best with --steps_per_loop=1: the per-step host
                  overhead is the difference
   trainer_naive  the same with --steps_per_loop=1 --jit_compile=false
@@ -319,7 +319,7 @@ def parse_args():
   add("--jit_compile",
       default="true",
       help="trainer_best's (and trainer_bf16's) --jit_compile for the demo "
-      "encoder (best found: BUILD_NOTES.md)")
+      "encoder (best found: RESULTS.md)")
   add("--minilm_jit_compile",
       default="false",
       help="the same for the MiniLM-shape encoder (XLA within noise of the "

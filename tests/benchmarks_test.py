@@ -1,7 +1,7 @@
 """The benchmark programs run: the failure drills that only a real process
 shows, the kill/resume program, the throughput race in its tiny mode,
 profile_ops. No timing is asserted: the figures are measured by running
-the programs on a quiet machine (BUILD_NOTES.md)."""
+the programs on a quiet machine (benchmarks/RESULTS.md)."""
 
 import json
 import os
@@ -23,7 +23,7 @@ import profile_ops  # noqa: E402
 @pytest.mark.slow
 def test_kill_resume_program_runs(demo_paths, tmp_path):
   # Seed 1 draws a single kill: the smallest run that still kills, restarts
-  # and compares (the 20-trial figures are in BUILD_NOTES.md), here with
+  # and compares (the 20-trial figures are in benchmarks/RESULTS.md), here with
   # two micro-batches per update (checkpoints fall on updates) and float16
   # (the loss scale resumes too).
   program = os.path.join(ROOT, "benchmarks", "kill_resume.py")
