@@ -105,8 +105,11 @@ def run_one(flagfile, name, overrides, work_dir):
 
 def statistics(runs, baseline):
   """runs: {row: {repetition: record}} -> {row: {metric: dict}} with the
-  Summary over the row's finished repetitions and, for rows other than
-  `baseline`, the Paired difference against it."""
+  Summary over the row's finished repetitions, for rows other than
+  `baseline` the Paired difference against it and, where the runs also
+  report the raw weights' `raw_<metric>` (--ema_decay), the Paired
+  difference of the averaged weights against them (`vs_raw`: the same
+  runs, so the pairing removes all but the average's own effect)."""
 
   def values(row, metric):
     return {
@@ -125,12 +128,20 @@ def statistics(runs, baseline):
       entry = dict(summary=sweep_stats.summarize(mine.values()))
       if baseline in runs and row != baseline:
         entry["paired"] = sweep_stats.paired(mine, values(baseline, metric))
+      if f"raw_{metric}" in metrics:
+        entry["vs_raw"] = sweep_stats.paired(mine, values(row, f"raw_{metric}"))
       out[row][metric] = entry
   return out
 
 
 def _points(v, scale=100):
   return "-" if v is None or v != v else f"{v * scale:.2f}"
+
+
+def _interval(p):
+  if not p or p.low != p.low:
+    return "-"
+  return f"[{_points(p.low)}, {_points(p.high)}]"
 
 
 def table(runs, stats, baseline, flagfile):
@@ -141,15 +152,15 @@ def table(runs, stats, baseline, flagfile):
         f"**{metric}** (x100; paired: row - {baseline or 'none'}, 95% "
         "interval over the repetitions both ran)", "",
         "| row | runs | mean | sd | sem | paired diff | 95% interval | "
-        "train examples/s | wall per run |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        "average - raw weights [95%] | train examples/s | wall per run |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     ]
     for row, entries in stats.items():
       done = [r for r in runs[row].values() if "metrics" in r]
       failed = len(runs[row]) - len(done)
       if metric not in entries:
         lines.append(f"| {row} | 0 of {len(runs[row])} | failed | | | | | "
-                     "| |")
+                     "| | |")
         continue
       s, p = entries[metric]["summary"], entries[metric].get("paired")
       speeds = [
@@ -157,14 +168,15 @@ def table(runs, stats, baseline, flagfile):
       ]
       speed = f"{sum(speeds) / len(speeds):.1f}" if speeds else "-"
       wall = sum(r["wall_seconds"] for r in done) / max(len(done), 1)
-      interval = "-"
-      if p and p.low == p.low:
-        interval = f"[{_points(p.low)}, {_points(p.high)}]"
+      raw = entries[metric].get("vs_raw")
+      vs_raw = "-"
+      if raw:
+        vs_raw = f"{_points(raw.diff.mean)} {_interval(raw)}"
       lines.append(
           f"| {row} | {s.n}{f' ({failed} failed)' if failed else ''} | "
           f"{_points(s.mean)} | {_points(s.sd)} | {_points(s.sem)} | "
-          f"{_points(p.diff.mean) if p else '-'} | {interval} | {speed} | "
-          f"{wall / 60:.1f} min |")
+          f"{_points(p.diff.mean) if p else '-'} | {_interval(p)} | "
+          f"{vs_raw} | {speed} | {wall / 60:.1f} min |")
     lines.append("")
   base = f"--flagfile={flagfile} " if flagfile else ""
   lines.append(f"Command per run: `python -m trainer.main "

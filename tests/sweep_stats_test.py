@@ -71,14 +71,14 @@ def test_repetitions_are_seeds_then_folds():
   assert names == ["s0-f0", "s0-f1", "s1-f0", "s1-f1"]
 
 
-def _record(work_dir, name, accuracy):
+def _record(work_dir, name, accuracy, **more):
   os.makedirs(os.path.join(work_dir, name))
   record = dict(
       name=name,
       overrides=[],
       rc=0,
       wall_seconds=60.0,
-      metrics=dict(accuracy=accuracy, loss=0.4),
+      metrics=dict(accuracy=accuracy, loss=0.4, **more),
       eval_examples=100,
       examples_per_second=10.0,
       steps=5)
@@ -111,4 +111,30 @@ def test_the_sweep_resumes_from_its_records_and_tabulates(tmp_path):
   assert auto["paired"]["diff"]["sd"] == pytest.approx(sd)
   text = open(os.path.join(work, "sweep.md")).read()
   assert "| auto | 3 | 82.67 | 1.53 | 0.88 | 0.67 |" in text
-  assert "| fixed | 3 | 82.00 | 2.00 | 1.15 | - | - | 10.0 | 1.0 min |" in text
+  fixed = "| fixed | 3 | 82.00 | 2.00 | 1.15 | - | - | - | 10.0 | 1.0 min |"
+  assert fixed in text
+
+
+def test_averaged_weights_paired_against_the_same_runs_raw_ones(tmp_path):
+  """--ema_decay runs report eval_raw_* beside the average's metrics: the
+  row's `vs_raw` pairs them run by run."""
+  work = str(tmp_path / "work")
+  for fold, (average, raw) in enumerate([(0.82, 0.80), (0.83, 0.82),
+                                         (0.81, 0.81)]):
+    _record(work, f"ema-f{fold}", average, raw_accuracy=raw)
+  rows = tmp_path / "rows.txt"
+  rows.write_text("ema --ema_decay=0.99\n")
+  sys.argv = [
+      "recipe_sweep", f"--rows={rows}", f"--work_dir={work}", "--folds=3"
+  ]
+  recipe_sweep.main()
+  with open(os.path.join(work, "sweep.json")) as f:
+    entry = json.load(f)["statistics"]["ema"]["accuracy"]
+  # Differences .02, .01, 0: mean .01, sd .01, sem .01 / sqrt(3), t(2).
+  assert entry["vs_raw"]["diff"]["mean"] == pytest.approx(0.01)
+  assert entry["vs_raw"]["diff"]["sd"] == pytest.approx(0.01)
+  half = 4.303 * 0.01 / math.sqrt(3)
+  assert entry["vs_raw"]["low"] == pytest.approx(0.01 - half, abs=1e-4)
+  text = open(os.path.join(work, "sweep.md")).read()
+  assert "| ema | 3 | 82.00 | 1.00 | 0.58 | - | - | 1.00 [-1.48, 3.48] |" in (
+      text)
