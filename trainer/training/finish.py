@@ -89,6 +89,19 @@ def summary(facts, result, metrics, best, *, final_step, steps_per_bucket,
   return out
 
 
+def _handed_over(state, evaluator, evaluations, best):
+  """The eval of the model the run hands over (and exports): the final one
+  (the last loop's eval when it fell on this step), or when an earlier
+  eval was better the best checkpoint's, restored into `state`."""
+  metrics = evaluations.at(state.step)
+  if best.step not in (None, state.step):
+    state.restore(best.latest)
+    logging.info("Restored the best checkpoint %s (step %d)", best.latest,
+                 state.step)
+    metrics = evaluator.evaluate()
+  return metrics
+
+
 def finish(result,
            state,
            evaluator,
@@ -124,13 +137,7 @@ def finish(result,
   final_step = state.step
   # Counted in the state: read before the best checkpoint replaces it.
   steps_per_bucket = state.steps_per_length(facts.buckets)
-  metrics = evaluations.at(final_step)
-  if best.step not in (None, final_step):
-    # The model the run hands over (and exports) is the best one.
-    state.restore(best.latest)
-    logging.info("Restored the best checkpoint %s (step %d)", best.latest,
-                 state.step)
-    metrics = evaluator.evaluate()
+  metrics = _handed_over(state, evaluator, evaluations, best)
   written = summary(
       facts,
       result,
