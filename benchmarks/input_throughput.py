@@ -71,13 +71,13 @@ def measure(csv_path, preprocessor_handle, seq_length, batch_size, batches):
   from trainer.foundation import tasks  # pylint: disable=g-import-not-at-top
   from trainer.encoders import demo  # pylint: disable=g-import-not-at-top
   from trainer.data import input_pipeline  # pylint: disable=g-import-not-at-top
-  from trainer.model import classifier as model  # noqa: E501  pylint: disable=g-import-not-at-top
+  from trainer.encoders import handles  # pylint: disable=g-import-not-at-top
   from trainer.data import preprocessing  # pylint: disable=g-import-not-at-top
   from trainer.data import sources  # pylint: disable=g-import-not-at-top
   from trainer.data import splits  # pylint: disable=g-import-not-at-top
   if preprocessor_handle == "demo":
     preprocessor_handle = demo.ensure_assets()["preprocessor"]
-  preprocessor = model.load_handle(preprocessor_handle, "preprocessor_handle")
+  preprocessor = handles.load_handle(preprocessor_handle, "preprocessor_handle")
   packer = preprocessing.make_packer(preprocessor, seq_length)
   split = splits.Split(
       "train", sources.FileSource(csv_path, tasks.SENTIMENT140_LABEL_MAP))

@@ -73,8 +73,8 @@ class FakeStop:
   def __init__(self, signalled=False):
     self.signalled, self.checked = signalled, []
 
-  def check(self, step):
-    self.checked.append(step)
+  def check(self, step, save=True):
+    self.checked.append((step, save))
     if self.signalled:
       raise errors.Preempted("stopped by SIGTERM; rerun to resume")
 
@@ -222,15 +222,17 @@ def test_export_after_summary_and_its_folder_recorded(tmp_path):
 
 def test_signal_during_finish_stops_before_the_export(tmp_path):
   state = FakeState(20, 8)
-  exported = []
+  exported, stop = [], FakeStop(signalled=True)
   with pytest.raises(errors.Preempted):
     _finish(
         tmp_path,
         state,
         FakeBest(20),
-        stop=FakeStop(signalled=True),
+        stop=stop,
         exporter=lambda: exported.append(1))
   assert exported == [] and state.saves == 1
+  # Its check saves nothing: the state may hold the best model by now.
+  assert stop.checked == [(20, False)]
   # The rerun finds the summary written and every step saved.
   assert (tmp_path / "run" / "summary.json").exists()
 
@@ -240,3 +242,20 @@ def test_worker_removes_its_private_folder(tmp_path):
   summary, _, out = _finish(tmp_path, state, FakeBest(20), chief=False)
   assert summary["final_step"] == 20
   assert not (tmp_path / "run").exists()
+
+
+def test_patience_running_out_at_the_final_eval_still_finishes(tmp_path):
+  """Early stopping's follower raises StopTraining at the final eval (no
+  better than the best, patience used up): the run still finishes with
+  that eval, once."""
+  state = FakeState(20, 8)
+  evaluator = FakeEvaluator(state)
+
+  def early_stopping(step, metrics):
+    del step, metrics
+    raise controller.StopTraining("no better eval/accuracy in 1 evals")
+
+  evaluations = actions.Evaluations(evaluator.evaluate, [early_stopping])
+  summary, _, _ = _finish(
+      tmp_path, state, FakeBest(20), evaluations=evaluations)
+  assert summary["eval_accuracy"] == 0.8 and len(evaluator.calls) == 1

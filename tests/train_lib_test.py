@@ -487,10 +487,10 @@ class _StopAfter(actions.StopSignals):
     super().__init__()
     self.step = step
 
-  def check(self, state, step):
+  def check(self, state, step, save=True):
     if step >= self.step:
       self.received = "SIGTERM"
-    super().check(state, step)
+    super().check(state, step, save)
 
 
 def _train_until(c, stop_after=None):

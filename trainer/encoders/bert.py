@@ -426,7 +426,7 @@ class NativeEncoder(tf.__internal__.tracking.AutoTrackable):
   def host_twin(self):
     """A float32 encoder of the same config on this host's CPU, its
     variables in the order of this one's (for a host copy of weights that
-    live on a TPU: `classifier.host_copy`)."""
+    live on a TPU: `serving.export.host_copy`)."""
     with tf.device("/cpu:0"):
       fresh = BertEncoder(self.encoder.config)
     own = {v.name: v for v in fresh.variables}

@@ -8,12 +8,11 @@ kernels [in, out]). `trainer.convert_hf` reads a checkpoint through it
 (`hf_import.load_weights`) and the Hugging Face export writes one through
 it (`serving.huggingface.hf_tensors`), so the two cannot drift apart.
 Safetensors files are read and written with the `safetensors` package
-(bfloat16 is widened to float32 here: NumPy has no bfloat16).
+(bfloat16 is widened to float32 here: NumPy has no bfloat16), imported
+when a file is read or written.
 """
 
 import numpy as np
-import safetensors
-import safetensors.numpy
 import tensorflow as tf
 
 from trainer.foundation import errors
@@ -95,6 +94,7 @@ def _array(name, info, path):
 def read_safetensors(path):
   """{name: np.ndarray} of the .safetensors file at `path` (local or
   gs://; bfloat16 widened to float32)."""
+  import safetensors  # pylint: disable=g-import-not-at-top
   with tf.io.gfile.GFile(path, "rb") as f:
     blob = f.read()
   try:
@@ -108,6 +108,7 @@ def read_safetensors(path):
 def safetensors_bytes(tensors):
   """{name: np.ndarray} as the bytes of a float32 .safetensors file (with
   the `format: pt` metadata transformers looks for)."""
+  import safetensors.numpy  # pylint: disable=g-import-not-at-top
   return safetensors.numpy.save(
       {
           name: np.ascontiguousarray(value, dtype=np.float32)

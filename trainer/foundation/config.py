@@ -27,10 +27,8 @@ HEADERS = ("auto", "yes", "no")
 QUOTINGS = ("csv", "none")
 PRECISIONS = ("float32", "bfloat16", "float16", "auto")
 POOLINGS = ("cls", "mean")
-# Every name any eval reports (which ones a run's evals report: checks).
-EARLY_STOPPING_METRICS = tuple(f"eval/{m}" for m in dict.fromkeys(
-    tasks.reported(tasks.METRICS, False, ("validation",
-                                          "validation_mismatched"))))
+# Every name some run's evals report (which ones this run's do: checks).
+EARLY_STOPPING_METRICS = tuple(f"eval/{m}" for m in tasks.reportable())
 ConfigError = errors.ConfigError
 
 # Vertex AI sets these for custom jobs; they are the defaults of the flags.

@@ -102,6 +102,20 @@ TFDS_TASKS = {
         _glue("sentence1,sentence2", "not_entailment,entailment"),
 }
 
+
+def reportable():
+  """Every name some run's evals report: any classification or regression
+  metric, and the known tasks' further validation splits (MNLI's
+  mismatched_loss, mismatched_accuracy)."""
+  names = reported(CLASSIFICATION_METRICS, False) + reported(
+      REGRESSION_METRICS, True)
+  for known in TFDS_TASKS.values():
+    names += reported(
+        parse_metrics(known.metrics, known.num_classes), known.num_classes == 1,
+        _validation_splits(known))
+  return tuple(dict.fromkeys(names))
+
+
 # The fields a known task fills when the user left them unset.
 TASK_FIELDS = ("num_classes", "label_names", "eval_metrics")
 

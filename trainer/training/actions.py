@@ -58,11 +58,13 @@ class StopSignals:
       stopping = self.exiting and self.received
       signal.signal(sig, signal.SIG_IGN if stopping else handler)
 
-  def check(self, state, step):
-    """After the loop that ended at `step`: saves and raises `Preempted`
-    if a signal arrived."""
+  def check(self, state, step, save=True):
+    """After the loop that ended at `step`: saves (unless not `save`: the
+    end of a run saved its last step before it restored the best one) and
+    raises `Preempted` if a signal arrived."""
     if self.received:
-      state.save_unless_saved()
+      if save:
+        state.save_unless_saved()
       raise errors.Preempted(
           f"{self.received} received: stopped after step {step} with a "
           f"checkpoint in {state.manager.directory}; run the same command "
@@ -79,8 +81,8 @@ class StopOnSignal:
   def __call__(self, output):
     self.check(output.step)
 
-  def check(self, step):
-    self.signals.check(self.state, step)
+  def check(self, step, save=True):
+    self.signals.check(self.state, step, save)
 
 
 class Progress:
@@ -228,6 +230,9 @@ class EvalSummaries:
     if "confusion" in metrics:
       summaries.write_eval_pictures(self.writer, step, metrics["confusion"],
                                     self.class_names, metrics.get("histograms"))
+    # Evals are rare: on disk at once (the final one comes after the loops'
+    # writers were flushed, and a worker's folder is removed after it).
+    self.writer.flush()
 
 
 class BestCheckpoint:

@@ -93,7 +93,12 @@ def _handed_over(state, evaluator, evaluations, best):
   """The eval of the model the run hands over (and exports): the final one
   (the last loop's eval when it fell on this step), or when an earlier
   eval was better the best checkpoint's, restored into `state`."""
-  metrics = evaluations.at(state.step)
+  try:
+    metrics = evaluations.at(state.step)
+  except controller.StopTraining:
+    # Early stopping's patience ran out at the final eval: nothing is left
+    # to stop. The eval is kept before its followers run.
+    metrics = evaluations.at(state.step)
   if best.step not in (None, state.step):
     state.restore(best.latest)
     logging.info("Restored the best checkpoint %s (step %d)", best.latest,
@@ -127,8 +132,8 @@ def finish(result,
     out: this process's `run_dir.Locations` (summary.json; a worker's
       private folder is removed at the end).
     stop: `actions.StopOnSignal`: a signal that came meanwhile stops the
-      run before its export, with every checkpoint saved (the rerun only
-      evaluates and exports).
+      run before its export, with every checkpoint saved and none written
+      from the best model restored (the rerun only evaluates and exports).
     exporter: () -> the export folder of the model `state` holds; None
       when the run exports nothing (--export=false, a worker).
     chief: this process writes the run's folder.
@@ -151,7 +156,7 @@ def finish(result,
   if facts.counts.get("test", {}).get("rows_used"):
     written.update(prefixed("test_", evaluator.evaluate_split("test")))
   run_dir.write_json(out.summary_json, written)
-  stop.check(final_step)
+  stop.check(final_step, save=False)  # saved above; the best may be loaded
   if exporter:
     written["export_dir"] = exporter()
     run_dir.write_json(out.summary_json, written)

@@ -22,8 +22,8 @@ from trainer.training import launch
 def train(job):
   """The loops of a set-up Job until its last step, an early stop or a
   signal (`Preempted`); returns the `controller.TrainResult`."""
-  job.stop.check(job.trainer.step)  # a signal that came during setup
   try:
+    job.stop.check(job.trainer.step)  # a signal that came during setup
     return controller.train(job.trainer, job.plan, job.actions,
                             job.run.config.max_nan_recoveries)
   finally:
