@@ -26,8 +26,9 @@ deviation and standard error over its repetitions and, against
 `--baseline`, the paired difference with its 95% interval (Student's t over
 the repetitions both rows ran) and, for runs with --ema_decay (which also
 report the raw weights' `raw_<metric>`), the average's paired difference
-against the raw weights of the same runs; writes the table to `--work_dir`/sweep.md
-and every run's record with the statistics to `--work_dir`/sweep.json.
+against the raw weights of the same runs; writes the table to
+`--work_dir`/sweep.md and every run's record with the statistics to
+`--work_dir`/sweep.json.
 """
 
 import argparse
