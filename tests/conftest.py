@@ -127,6 +127,7 @@ def demo_run(tmp_path_factory, demo_paths):
             demo_cache_dir=demo_paths["root"],
             train_steps=20,
             seq_length=32,
+            seq_buckets="auto",  # the bucketed export's paths
             batch_size=16,
             eval_batch_size=128,
             learning_rate=1e-3,
@@ -245,6 +246,7 @@ def tiny_config(model_dir, demo_cache_dir, **overrides):
       checkpoint_every=4,
       batch_size=16,
       seq_length=32,
+      seq_buckets="auto",  # the demo's reviews in 8, 16 and 32
       learning_rate=1e-3,
       eval_batch_size=128,  # the 1,000 validation rows in 8 batches
       export=False)

@@ -186,11 +186,12 @@ class Config:
       (lambda v: 3 <= v <= 8192, "must be in [3, 8192] (room for [CLS], a "
        "token and [SEP])"))
   seq_buckets: str = _flag(
-      "auto", "Length buckets: each example is packed to the smallest that "
+      "none", "Length buckets: each example is packed to the smallest that "
       "holds it, one static shape (one compiled program) per bucket; "
       "comma-separated lengths (e.g. 16,32,64; --seq_length is the last), "
       "auto (a few, chosen from the training data's lengths) or none (every "
-      "example at --seq_length).",
+      "example at --seq_length: the default, as buckets cost Sentiment140 "
+      "accuracy; docs/buckets.md).",
       missing="none",
       same=_same_buckets)
   batch_size: int = _flag(
