@@ -97,7 +97,8 @@ def test_train_and_finish(trained):
       run.task.to_json(),
       class_names=["negative", "positive"],
       metrics=["accuracy"],
-      text_fields=["text"])
+      text_fields=["text"],
+      validation_splits=["validation"])
   del tmp_path
 
 
