@@ -29,3 +29,17 @@ def test_complete_takes_vertex_locations_for_unset_flags():
       given={"train_file", "checkpoint_dir"},
       environ=env)
   assert given.checkpoint_dir == "/mine"
+
+
+def test_a_run_begun_under_a_former_default_resumes_with_it():
+  """--seq_buckets defaulted to auto before issue 37: such a run, resumed
+  with the flag unset, keeps auto; a run that said none, or a flag given
+  now, is left to the resume check."""
+  c = config_lib.Config()
+  assert c.seq_buckets == "none"
+  kept, names = config_lib.run_defaults(c, dict(seq_buckets="auto"))
+  assert (kept.seq_buckets, names) == ("auto", ["seq_buckets"])
+  assert config_lib.run_defaults(c, dict(seq_buckets="none")) == (c, [])
+  assert config_lib.run_defaults(c, {}) == (c, [])  # predates the flag
+  given = config_lib.Config(seq_buckets="16,64")
+  assert config_lib.run_defaults(given, dict(seq_buckets="auto")) == (given, [])

@@ -56,13 +56,16 @@ def _flag(
     check=None,
     resume=False,
     missing=None,
-    same=None):
+    same=None,
+    former=()):
   """A Config field that is also a flag: `help` and `choices` for absl;
   `check` = (predicate, what is valid) for `validate()`; `resume`: a run
   resumed from its checkpoints may change it (`run_dir.check_resume`);
   `missing`: what a run whose config.json predates the field ran with (its
   default if None); `same(old, new, config)`: whether two spellings mean
-  the same (a resume takes either; default ==)."""
+  the same (a resume takes either; default ==); `former`: the field's
+  earlier defaults (a run begun with one resumes with it when the field is
+  left at today's: `run_defaults`)."""
   return dataclasses.field(
       default=default,
       metadata=dict(
@@ -71,7 +74,8 @@ def _flag(
           check=check,
           resume=resume,
           missing=default if missing is None else missing,
-          same=same))
+          same=same,
+          former=tuple(former)))
 
 
 def _tunable(*args, **kwargs):
@@ -193,7 +197,8 @@ class Config:
       "example at --seq_length: the default, as buckets cost Sentiment140 "
       "accuracy; docs/buckets.md).",
       missing="none",
-      same=_same_buckets)
+      same=_same_buckets,
+      former=("auto",))
   batch_size: int = _flag(
       32, "Global batch size (divisible by the replica count).", None,
       (lambda v: v >= 1, "must be a positive global batch size"))
@@ -306,6 +311,21 @@ def default(name):
   default is written (DataSpec, FileSource, files.detect_layout and predict
   take theirs from here)."""
   return Config.__dataclass_fields__[name].default  # pylint: disable=no-member
+
+
+def run_defaults(c, saved):
+  """(Config `c` for resuming the run whose config.json holds `saved`,
+  [field names taken from the run]): a field that `c` leaves at today's
+  default while the run ran with one of its former defaults keeps the
+  run's value, so a new default never stops a run begun under the old one
+  (it could not change on a resume anyway)."""
+  kept = {}
+  for f in dataclasses.fields(c):
+    old = saved.get(f.name, f.metadata["missing"])
+    if (getattr(c, f.name) == f.default and old != f.default and
+        old in f.metadata["former"]):
+      kept[f.name] = old
+  return dataclasses.replace(c, **kept), list(kept)
 
 
 def is_demo(c):

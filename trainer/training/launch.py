@@ -248,15 +248,22 @@ def _log_layer_rates(table):
 
 
 def _resumed(c, shared):
-  """Before anything is written: the record (config.json) of the run whose
-  checkpoints model_dir holds, None for a fresh run. It is resumed only
-  with flags that continue it (`check_resume`)."""
+  """Before anything is written: (the record (config.json) of the run whose
+  checkpoints model_dir holds, None for a fresh run; the Config to run).
+  A field left at a default that changed since the run began takes the
+  run's value (`config.run_defaults`); the run is resumed only with flags
+  that continue it (`check_resume`)."""
   saved = run_dir.read_json(shared.config_json)
   if not (saved and checkpoints.exist(shared.checkpoints)):
-    return None
+    return None, c
+  c, kept = config_lib.run_defaults(c, saved.get("config", {}))
+  for name in kept:
+    logging.info(
+        "Resuming with the run's --%s=%s (config.json; the default "
+        "is now %s)", name, getattr(c, name), config_lib.default(name))
   for change in run_dir.check_resume(saved.get("config", {}), c):
     logging.info("Resuming with %s", change)
-  return saved
+  return saved, c
 
 
 def _trainer(c, strategy, state, route, data, plan, run):
@@ -355,8 +362,8 @@ def _actions(c, task, run, plan, state, evaluator, signals):
 
 def _build(run, strategy, signals):
   """The rest of `setup`, once the run's folder is this process's."""
+  saved, run.config = _resumed(run.config, run.shared)
   c, task = run.config, run.task
-  saved = _resumed(c, run.shared)
   preprocessor, encoder, route = load_model(c, task, strategy)
   splits, counts = inputs.splits_and_counts(c, task, run.out)
   counts_lib.check_same_data((saved or {}).get("data"), counts, c.model_dir)
