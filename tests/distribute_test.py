@@ -66,14 +66,22 @@ def test_remote_tpu_rejects_local_data_paths():
 
 def _args(demo_paths, encoder, model_dir, strategy):
   return [
-      f"--model_dir={model_dir}", f"--strategy={strategy}",
+      f"--model_dir={model_dir}",
+      f"--strategy={strategy}",
       f"--encoder_handle={encoder}",
       f"--preprocessor_handle={demo_paths['preprocessor']}",
       f"--train_file={demo_paths['train']}",
-      f"--eval_file={demo_paths['validation']}", "--dropout_rate=0",
-      "--train_steps=6", "--batch_size=16", "--seq_length=32",
-      "--steps_per_loop=3", "--checkpoint_every=3", "--learning_rate=1e-3",
-      "--export=false", "--jit_compile=false"
+      f"--eval_file={demo_paths['validation']}",
+      "--dropout_rate=0",
+      "--train_steps=6",
+      "--batch_size=16",
+      "--seq_length=32",
+      "--seq_buckets=auto",  # the bucketed path, as set up on every worker
+      "--steps_per_loop=3",
+      "--checkpoint_every=3",
+      "--learning_rate=1e-3",
+      "--export=false",
+      "--jit_compile=false"
   ]
 
 
