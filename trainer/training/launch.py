@@ -257,11 +257,14 @@ def _resumed(c, shared):
   if not (saved and checkpoints.exist(shared.checkpoints)):
     return None, c
   c, kept = config_lib.run_defaults(c, saved.get("config", {}))
+  changes = run_dir.check_resume(saved.get("config", {}), c)
+  # Logged once the resume is allowed: a refused one leaves train.log as it
+  # was.
   for name in kept:
     logging.info(
         "Resuming with the run's --%s=%s (config.json; the default "
         "is now %s)", name, getattr(c, name), config_lib.default(name))
-  for change in run_dir.check_resume(saved.get("config", {}), c):
+  for change in changes:
     logging.info("Resuming with %s", change)
   return saved, c
 
