@@ -26,7 +26,11 @@ deviation and standard error over its repetitions and, against
 `--baseline`, the paired difference with its 95% interval (Student's t over
 the repetitions both rows ran) and, for runs with --ema_decay (which also
 report the raw weights' `raw_<metric>`), the average's paired difference
-against the raw weights of the same runs; writes the table to
+against the raw weights of the same runs. Those raw weights also make a row
+of their own, `<row>:raw`: the same training without the average (equal to
+a run without --ema_decay, see benchmarks/RESULTS.md), so
+`--baseline=<row>:raw` compares every row with fixed shapes with no second
+fixed-shape run. Writes the table to
 `--work_dir`/sweep.md and every run's record with the statistics to
 `--work_dir`/sweep.json.
 """
@@ -106,6 +110,28 @@ def run_one(flagfile, name, overrides, work_dir):
   return record
 
 
+RAW = ":raw"
+
+
+def with_raw_rows(runs):
+  """runs plus, for every row whose runs report the raw weights
+  (--ema_decay), a row `<row>:raw` whose metrics are those raw ones."""
+  out = dict(runs)
+  for row, reps in runs.items():
+    raw = {}
+    for rep, r in reps.items():
+      metrics = {
+          m.removeprefix("raw_"): v
+          for m, v in r.get("metrics", {}).items()
+          if m.startswith("raw_")
+      }
+      if metrics:
+        raw[rep] = dict(r, metrics=metrics)
+    if raw:
+      out[row + RAW] = raw
+  return out
+
+
 def statistics(runs, baseline):
   """runs: {row: {repetition: record}} -> {row: {metric: dict}} with the
   Summary over the row's finished repetitions, for rows other than
@@ -148,7 +174,9 @@ def _interval(p):
 
 
 def table(runs, stats, baseline, flagfile):
-  metrics = sorted({m for row in stats.values() for m in row})
+  # The raw weights' metrics show as the `<row>:raw` rows.
+  metrics = sorted(
+      {m for row in stats.values() for m in row if not m.startswith("raw_")})
   lines = []
   for metric in metrics:
     lines += [
@@ -254,13 +282,15 @@ def main():
   parser.add_argument(
       "--baseline",
       default="",
-      help="The row every other is compared with, paired per repetition.")
+      help="The row every other is compared with, paired per repetition; "
+      f"<row>{RAW} names the raw weights of a row's --ema_decay runs.")
   args = parser.parse_args()
   os.makedirs(args.work_dir, exist_ok=True)
   only = set(filter(None, args.only.split(",")))
   rows = [(n, o) for n, o in read_rows(args.rows) if not only or n in only]
-  if args.baseline and args.baseline not in dict(rows):
-    parser.error(f"--baseline={args.baseline} is not a row of --rows")
+  if args.baseline and args.baseline.removesuffix(RAW) not in dict(rows):
+    parser.error(f"--baseline={args.baseline} is not a row of --rows "
+                 f"(or a row's raw weights, <row>{RAW})")
   runs = {name: {} for name, _ in rows}
   for rep, rep_flags in repetitions(args.seeds, args.folds):
     for name, overrides in rows:
@@ -272,8 +302,9 @@ def main():
           f"{r['wall_seconds']:.0f} s",
           file=sys.stderr,
           flush=True)
-      stats = statistics(runs, args.baseline)
-      text = write(args.work_dir, runs, stats, args.baseline, args.flagfile)
+      every = with_raw_rows(runs)
+      stats = statistics(every, args.baseline)
+      text = write(args.work_dir, every, stats, args.baseline, args.flagfile)
   print(text)
 
 

@@ -138,3 +138,49 @@ def test_averaged_weights_paired_against_the_same_runs_raw_ones(tmp_path):
   text = open(os.path.join(work, "sweep.md")).read()
   assert "| ema | 3 | 82.00 | 1.00 | 0.58 | - | - | 1.00 [-1.48, 3.48] |" in (
       text)
+
+
+def test_the_raw_weights_of_averaged_runs_are_a_baseline_row(tmp_path):
+  """`--baseline=ema:raw` pairs every row with the raw weights of the ema
+  row's runs, shown as a row of their own; no raw_* table is printed."""
+  work = str(tmp_path / "work")
+  for seed, (average, raw, auto) in enumerate([(0.82, 0.80, 0.79),
+                                               (0.83, 0.82, 0.80),
+                                               (0.81, 0.81, 0.78)]):
+    _record(work, f"ema-s{seed}", average, raw_accuracy=raw, raw_loss=0.5)
+    _record(work, f"auto-s{seed}", auto)
+  rows = tmp_path / "rows.txt"
+  rows.write_text("ema --ema_decay=0.99\nauto --seq_buckets=auto\n")
+  sys.argv = [
+      "recipe_sweep", f"--rows={rows}", f"--work_dir={work}", "--seeds=3",
+      "--baseline=ema:raw"
+  ]
+  recipe_sweep.main()
+  with open(os.path.join(work, "sweep.json")) as f:
+    stats = json.load(f)["statistics"]
+  assert stats["ema:raw"]["accuracy"]["summary"]["mean"] == pytest.approx(2.43 /
+                                                                          3)
+  assert stats["ema:raw"]["loss"]["summary"]["mean"] == pytest.approx(0.5)
+  # auto - raw: -.01, -.02, -.03: mean -.02, sd .01; ema - raw as vs_raw.
+  auto = stats["auto"]["accuracy"]["paired"]["diff"]
+  assert (auto["mean"], auto["sd"]) == pytest.approx((-0.02, 0.01))
+  ema = stats["ema"]["accuracy"]["paired"]["diff"]
+  assert ema["mean"] == pytest.approx(0.01)
+  text = open(os.path.join(work, "sweep.md")).read()
+  assert "**raw_accuracy**" not in text and "**accuracy**" in text
+  assert "| ema:raw | 3 | 81.00 | 1.00 | 0.58 | - | - | - |" in text
+  assert "| auto | 3 | 79.00 | 1.00 | 0.58 | -2.00 | [-4.48, 0.48] | - |" in (
+      text)
+
+
+def test_a_baseline_must_name_a_row_or_its_raw_weights(tmp_path, capsys):
+  rows = tmp_path / "rows.txt"
+  rows.write_text("ema --ema_decay=0.99\n")
+  sys.argv = [
+      "recipe_sweep", f"--rows={rows}", f"--work_dir={tmp_path}",
+      "--baseline=fixed:raw"
+  ]
+  with pytest.raises(SystemExit):
+    recipe_sweep.main()
+  assert "--baseline=fixed:raw is not a row of --rows" in (
+      capsys.readouterr().err)
