@@ -63,9 +63,11 @@ def read_rows(path):
 
 
 def command(flagfile, overrides, model_dir):
+  """The run's command line. The sweep's own settings come after the row's
+  flags, so a row's --flagfile (read where it stands) cannot undo them."""
   base = [f"--flagfile={flagfile}"] if flagfile else []
-  return ([sys.executable, "-m", "trainer.main"] + base + list(FIXED) +
-          overrides + [f"--model_dir={model_dir}"])
+  return ([sys.executable, "-m", "trainer.main"] + base + overrides +
+          list(FIXED) + [f"--model_dir={model_dir}"])
 
 
 def repetitions(seeds, folds):
@@ -211,8 +213,8 @@ def table(runs, stats, baseline, flagfile):
     lines.append("")
   base = f"--flagfile={flagfile} " if flagfile else ""
   lines.append(f"Command per run: `python -m trainer.main "
-               f"{base}{' '.join(FIXED)} <row's flags> <repetition's "
-               f"--seed/--validation_fold> --model_dir=<work_dir>/<row>-<rep>`"
+               f"{base}<row's flags> <repetition's --seed/--validation_fold> "
+               f"{' '.join(FIXED)} --model_dir=<work_dir>/<row>-<rep>`"
                f"; machine: {machine()}.")
   return "\n".join(lines)
 

@@ -184,3 +184,15 @@ def test_a_baseline_must_name_a_row_or_its_raw_weights(tmp_path, capsys):
     recipe_sweep.main()
   assert "--baseline=fixed:raw is not a row of --rows" in (
       capsys.readouterr().err)
+
+
+def test_the_sweeps_settings_follow_a_rows_own_flagfile():
+  """absl reads a --flagfile where it stands: a row's flagfile with
+  --checkpoint_every=200 must not undo the sweep's --checkpoint_every=0."""
+  cmd = recipe_sweep.command("", ["--flagfile=flags/x.flags", "--seed=1"],
+                             "/tmp/m")
+  assert cmd[1:] == [
+      "-m", "trainer.main", "--flagfile=flags/x.flags", "--seed=1",
+      "--eval_every=0", "--checkpoint_every=0", "--export=false",
+      "--model_dir=/tmp/m"
+  ]
