@@ -196,3 +196,18 @@ def test_the_sweeps_settings_follow_a_rows_own_flagfile():
       "--eval_every=0", "--checkpoint_every=0", "--export=false",
       "--model_dir=/tmp/m"
   ]
+
+
+def test_tokens_per_example_under_three_batchings():
+  """Three rows of length 4 and one of 8 in buckets (4, 8), batches of 2:
+  one-length .75 x 4 + .25 x 8 = 5; mixed batches hold only rows of 4 with
+  chance .75^2 = .5625: 4 x .5625 + 8 x .4375 = 5.75."""
+  import bucket_padding  # pylint: disable=g-import-not-at-top
+  histogram = [0, 0, 0, 0, 3, 0, 0, 0, 1]
+  t = bucket_padding.tokens_per_example(histogram, (4, 8), 2)
+  assert t == pytest.approx(
+      dict(fixed=8.0, one_length=5.0, mixed=5.75, mixed_in_last=0.4375))
+  # One bucket: every batching pays --seq_length.
+  one = bucket_padding.tokens_per_example(histogram, (8,), 2)
+  assert one == pytest.approx(
+      dict(fixed=8.0, one_length=8.0, mixed=8.0, mixed_in_last=1.0))
