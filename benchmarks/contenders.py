@@ -251,7 +251,8 @@ def _trace_every_bucket(job):
       packer,
       job.facts.buckets,
       c.batch_size,
-      buckets_lib.group_size(c.steps_per_loop, job.facts.buckets),
+      buckets_lib.group_size(
+          c.steps_per_loop, job.facts.buckets, chosen=c.bucket_group_batches),
       job.plan.steps_per_epoch,
       seed=1)
   found = {}

@@ -4,6 +4,7 @@ flagfiles, flags written once, the boundary."""
 import dataclasses
 import glob
 import os
+import re
 
 from absl import flags
 import pytest
@@ -74,3 +75,17 @@ def test_every_flag_of_before_is_a_config_field_with_its_default():
     assert flag_values[name].default == default, name
     assert getattr(config_lib.Config(), name) == default, name
   assert set(FLAGS_BEFORE) <= set(config_lib.FIELDS)
+
+
+def test_docs_flags_has_a_row_per_field_with_its_resume_rule():
+  """docs/flags.md: one table row per Config field, whose last column says
+  what `run_dir.check_resume` does with a change (yes = allowed)."""
+  with open(os.path.join(ROOT, "docs", "flags.md")) as f:
+    rows = {
+        m.group(1): m.group(2) for m in re.finditer(
+            r"^\| `--(\w+)` \|.*\| ([^|]+) \|$", f.read(), re.M)
+    }
+  for name, field in config_lib.FIELDS.items():
+    assert name in rows, f"docs/flags.md has no row for --{name}"
+    said = rows[name].strip().startswith("yes")
+    assert said == field.metadata["resume"], f"--{name}: {rows[name]}"

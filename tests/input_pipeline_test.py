@@ -207,6 +207,10 @@ def test_small_training_groups_spread_every_bucket_over_the_epoch(
   assert buckets_lib.group_size(3, buckets) == 5
   assert buckets_lib.group_size(3, buckets, saved=2) == 2
   assert buckets_lib.group_size(3, (8,), saved=2) == 3
+  # --bucket_group_batches chooses the group of a new run; a recorded one
+  # wins.
+  assert buckets_lib.group_size(3, buckets, chosen=1) == 1
+  assert buckets_lib.group_size(3, buckets, saved=5, chosen=1) == 5
   assert buckets_lib.saved_group_size(None) is None
   assert buckets_lib.saved_group_size(dict(train_group_batches=5)) == 5
   assert buckets_lib.saved_group_size(
@@ -221,3 +225,14 @@ def test_small_training_groups_spread_every_bucket_over_the_epoch(
   assert min(whole) >= 50  # all 25 after the first group of 50 long ones
   thirds = {p * 3 // spe for p in spread}
   assert thirds == {0, 1, 2}
+  # Groups of one batch (--bucket_group_batches=1): the same 25 short
+  # batches, the length changing far more often than the at most 2 x 5
+  # times 5 groups of 5 allow.
+  single = _bucket_positions(split, packer, buckets, 1, spe, 5)
+
+  def switches(positions):
+    kinds = [i in positions for i in range(spe)]
+    return sum(a != b for a, b in zip(kinds, kinds[1:]))
+
+  assert len(single) == 25
+  assert switches(spread) <= 10 < switches(single)

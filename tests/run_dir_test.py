@@ -141,6 +141,27 @@ def test_what_a_resume_may_change():
                                                 model_dir="/r")) == []
 
 
+def test_the_bucket_group_is_kept_only_where_it_orders_the_epoch():
+  """--bucket_group_batches fixes a bucketed epoch's batches: a resume may
+  not change it; at fixed shapes (one bucket) it orders nothing and may.
+  A config.json from before the flag ran with groups of 5."""
+  bucketed = config_lib.Config(seq_buckets="auto", model_dir="/r")
+  saved = dict(bucketed.__dict__)
+  again = config_lib.Config(
+      seq_buckets="auto", bucket_group_batches=1, model_dir="/r")
+  with pytest.raises(
+      errors.ConfigError, match="--bucket_group_batches: 5 -> 1"):
+    run_dir.check_resume(saved, again)
+  fixed = config_lib.Config(model_dir="/r")
+  assert run_dir.check_resume(
+      dict(fixed.__dict__),
+      config_lib.Config(bucket_group_batches=1, model_dir="/r")) == []
+  del saved["bucket_group_batches"]
+  assert run_dir.check_resume(saved, bucketed) == []
+  with pytest.raises(errors.ConfigError, match="--bucket_group_batches"):
+    run_dir.check_resume(saved, again)
+
+
 def test_publish_removes_what_a_killed_writer_left(tmp_path):
   """A local temporary folder whose writer's lock is free goes at the next
   publish of the same folder, whatever host name it carries (containers

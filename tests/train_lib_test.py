@@ -548,6 +548,14 @@ def test_a_bucketed_resume_with_other_steps_per_loop_is_bit_identical(
   assert steps.sum() == 14 and steps[:2].all() and not steps[2:].any()
 
 
+def test_the_bucket_group_flag_is_the_runs_group(tmp_path, demo_paths):
+  c = _config(tmp_path, demo_paths, bucket_group_batches=2, train_steps=4)
+  job = launch.setup(c)
+  job.close()
+  record = json.load(open(job.run.out.config_json))
+  assert record["buckets"] == [8, 16, 32] and record["train_group_batches"] == 2
+
+
 def test_a_resume_on_a_grown_training_file_is_refused(tmp_path, demo_paths):
   """The file grows from 300 to 600 rows between start and resume: one
   line naming the change, before any step, and the run's folder as it

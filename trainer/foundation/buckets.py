@@ -80,14 +80,14 @@ def parse(spec, seq_length):
   return tuple(lengths) + (() if lengths[-1] == seq_length else (seq_length,))
 
 
-def group_size(steps_per_loop, buckets, saved=None):
+def group_size(steps_per_loop, buckets, saved=None, chosen=GROUP_BATCHES):
   """Batches per training group. One bucket: `steps_per_loop` (a loop is
   one call, and the batches' order does not depend on the group). Several:
   the run's recorded group (`saved`, config.json's `train_group_batches`)
-  or GROUP_BATCHES."""
+  or `chosen` (--bucket_group_batches)."""
   if len(buckets) == 1:
     return steps_per_loop
-  return saved or GROUP_BATCHES
+  return saved or chosen
 
 
 def saved_group_size(record):

@@ -103,6 +103,15 @@ def _same_buckets(old, new, c):
     return False
 
 
+def _same_group(old, new, c):
+  """--bucket_group_batches orders nothing at fixed shapes (one bucket)."""
+  del old, new
+  try:
+    return buckets.parse(c.seq_buckets, c.seq_length) == (c.seq_length,)
+  except errors.ConfigError:
+    return False
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
   """Everything a run needs; each field is the flag of the same name."""
@@ -199,6 +208,15 @@ class Config:
       missing="none",
       same=_same_buckets,
       former=("auto",))
+  bucket_group_batches: int = _flag(
+      buckets.GROUP_BATCHES, "With several --seq_buckets: how many batches "
+      "of one bucket train one after another. Groups fill as an epoch's "
+      "shuffled rows arrive, so small groups spread every bucket over the "
+      "epoch; 1 changes length at nearly every step. It fixes which batches "
+      "an epoch makes, so a resume keeps it.",
+      None,
+      _POSITIVE,
+      same=_same_group)
   batch_size: int = _flag(
       32, "Global batch size (divisible by the replica count).", None,
       (lambda v: v >= 1, "must be a positive global batch size"))

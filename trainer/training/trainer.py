@@ -82,7 +82,7 @@ class Trainer:
     while remaining:
       group, offset, steps = self._segment(remaining)
       # Not read back here: the next call (a loop is several when it
-      # crosses groups, of up to buckets.GROUP_BATCHES batches each with
+      # crosses groups, of --bucket_group_batches batches each with
       # several buckets) is dispatched while this one runs.
       calls.append(
           (steps, self.train_loop(group, tf.constant(offset),
