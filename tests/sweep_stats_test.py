@@ -6,6 +6,7 @@ import math
 import os
 import sys
 
+import numpy as np
 import pytest
 
 from conftest import ROOT
@@ -207,6 +208,14 @@ def test_tokens_per_example_under_three_batchings():
   t = bucket_padding.tokens_per_example(histogram, (4, 8), 2)
   assert t == pytest.approx(
       dict(fixed=8.0, one_length=5.0, mixed=5.75, mixed_in_last=0.4375))
+  # The table, and each bucket's mean label: 2 of the 3 short rows and
+  # the long one are class 1.
+  text = bucket_padding.report(
+      np.array([4, 4, 4, 8]), np.array([1, 0, 1, 1]), (4, 8), 2, 8)
+  assert "| one-length batches (--seq_buckets) | 5.0 | 1.60x |" in text
+  assert "| mixed batches cut to their longest | 5.8 | 1.39x |" in text
+  assert ("| 4 | 75.0% | 0.667 |\n| 8 | 25.0% | 1.000 |\n"
+          "| all | 100% | 0.750 |") in text
   # One bucket: every batching pays --seq_length.
   one = bucket_padding.tokens_per_example(histogram, (8,), 2)
   assert one == pytest.approx(
