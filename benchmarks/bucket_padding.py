@@ -19,8 +19,8 @@ The last keeps what each step sees exactly as under fixed shapes (a text's
 outputs do not depend on its padding), so it costs no accuracy; its ratio to
 fixed shapes is the speed it keeps (a step's cost is nearly linear in its
 length at BERT's sizes). Then each bucket's share of the rows and mean label
-(the share of class 1, or the mean score of a regression): whether a batch
-of one length is also a batch of one kind.
+(with two classes the share of class 1, for a regression the mean score):
+whether a batch of one length is also a batch of one kind.
 """
 
 import sys
@@ -33,7 +33,10 @@ from trainer.commands import cli
 from trainer.data import input_pipeline
 from trainer.data import preprocessing
 from trainer.data import splits as splits_lib
+from trainer.encoders import demo
+from trainer.encoders import handles
 from trainer.foundation import buckets as buckets_lib
+from trainer.foundation import config as config_lib
 from trainer.foundation import tasks
 from trainer.training import inputs
 
@@ -67,8 +70,11 @@ def measure(c):
   import tensorflow_text  # noqa: F401
   task = tasks.resolve(c)
   split = splits_lib.make_splits(task, inputs.data_spec(c, task))["train"]
+  handle = c.preprocessor_handle
+  if handle == config_lib.DEMO:
+    handle = demo.ensure_assets(c.demo_cache_dir or None)["preprocessor"]
   pack = preprocessing.make_packer(
-      tf.saved_model.load(c.preprocessor_handle), c.seq_length)
+      handles.load_handle(handle, "preprocessor_handle"), c.seq_length)
   lengths, labels = [], []
   for texts, y in input_pipeline.usable_rows(split).batch(1024):
     lengths.append(tf.reduce_sum(pack(texts)["input_mask"], axis=1).numpy())

@@ -290,9 +290,14 @@ def main():
   os.makedirs(args.work_dir, exist_ok=True)
   only = set(filter(None, args.only.split(",")))
   rows = [(n, o) for n, o in read_rows(args.rows) if not only or n in only]
-  if args.baseline and args.baseline.removesuffix(RAW) not in dict(rows):
+  base = args.baseline.removesuffix(RAW)
+  if args.baseline and base not in dict(rows):
     parser.error(f"--baseline={args.baseline} is not a row of --rows "
                  f"(or a row's raw weights, <row>{RAW})")
+  if args.baseline.endswith(RAW) and not any(
+      o.startswith("--ema_decay=") for o in dict(rows)[base]):
+    parser.error(f"--baseline={args.baseline}: row {base} has no "
+                 "--ema_decay, so its runs report no raw weights")
   runs = {name: {} for name, _ in rows}
   for rep, rep_flags in repetitions(args.seeds, args.folds):
     for name, overrides in rows:

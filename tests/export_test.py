@@ -98,8 +98,8 @@ def test_export_matches_trainer_eval_step_and_token_ids(demo_run, tmp_path):
 
 @pytest.mark.core
 def test_a_text_gets_the_same_probabilities_in_every_bucket(demo_run):
-  """The demo run trained in buckets (8, 16, 32) (the default, auto): a request
-  is packed to the smallest that holds its longest text, and a text's
+  """The demo run trained in buckets (8, 16, 32) (auto, as conftest sets): a
+  request is packed to the smallest that holds its longest text, and a text's
   probabilities do not depend on which one that was, nor on --seq_length
   for all."""
   assert demo_run["summary"]["buckets"] == [8, 16, 32]

@@ -211,6 +211,14 @@ def test_small_training_groups_spread_every_bucket_over_the_epoch(
   # wins.
   assert buckets_lib.group_size(3, buckets, chosen=1) == 1
   assert buckets_lib.group_size(3, buckets, saved=5, chosen=1) == 5
+  # A config.json from before the flag: the group the run ran with.
+  old = dict(buckets=[5, 8], config=dict(steps_per_loop=2))
+  assert buckets_lib.recorded_config(old) == dict(
+      steps_per_loop=2, bucket_group_batches=2)
+  new = dict(buckets=[5, 8], config=dict(bucket_group_batches=1))
+  assert buckets_lib.recorded_config(new) == dict(bucket_group_batches=1)
+  fixed = dict(buckets=[8], config=dict(steps_per_loop=2))
+  assert buckets_lib.recorded_config(fixed) == dict(steps_per_loop=2)
   assert buckets_lib.saved_group_size(None) is None
   assert buckets_lib.saved_group_size(dict(train_group_batches=5)) == 5
   assert buckets_lib.saved_group_size(

@@ -109,13 +109,17 @@ def test_a_second_setup_resumes_where_the_first_stopped(trained, demo_paths):
   record = json.load(open(record_path))
   assert record["buckets"] == [8, 16, 32]
   record["buckets"] = [8, 32]
-  del record["train_group_batches"]
+  del record["train_group_batches"], record["config"]["bucket_group_batches"]
   json.dump(record, open(record_path, "w"))
   again = launch.setup(
       dataclasses.replace(job.run.config, train_steps=12, checkpoint_every=0))
   again.close()
   assert again.facts.buckets == (8, 32)
-  assert json.load(open(record_path))["train_group_batches"] == 4  # spl 4
+  # Before the group was recorded it was min(--steps_per_loop, 5): the run
+  # keeps its 4, and config.json now says so in both places.
+  again_record = json.load(open(record_path))
+  assert again_record["train_group_batches"] == 4  # spl 4
+  assert again_record["config"]["bucket_group_batches"] == 4
   assert again.facts.start_step == 8 and again.state.data_position == 8
   saved = tf.train.load_checkpoint(
       os.path.join(job.run.out.checkpoints, "ckpt-8"))

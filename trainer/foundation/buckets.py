@@ -30,18 +30,19 @@ MAX_BUCKETS = 8  # a list's
 # fewer than one batch would never train its examples.
 MIN_BATCHES = 4
 # With several buckets a training group (the batches of one bucket that one
-# train-loop call runs) holds this many batches. A group fills when its
-# bucket has seen that many batches of rows, so the group size fixes which
-# batches an epoch makes and in which order: it is a constant, not
-# --steps_per_loop, which a resume may change (groups of --steps_per_loop
-# made a resume with another value train some rows twice and others never),
-# and it is recorded in config.json (`train_group_batches`). Small groups
-# spread every bucket over the epoch; groups of 50 put a bucket with fewer
-# rows than one group's only at the epoch's end, an epoch ordered by length
-# that cost STS-B 2.2 points of correlation (BUILD_NOTES.md, "Length
-# buckets"). 5 is the group the race measured the bucketed rates with; a
-# loop crosses groups as it needs (`Trainer.train` dispatches a loop's calls
-# before it reads any result back, so none waits for the device).
+# train-loop call runs) holds --bucket_group_batches batches, this by
+# default. A group fills when its bucket has seen that many batches of rows,
+# so the group size fixes which batches an epoch makes and in which order: a
+# run keeps it (recorded in config.json, `train_group_batches`), and it is
+# not --steps_per_loop, which a resume may change (groups of
+# --steps_per_loop made a resume with another value train some rows twice
+# and others never). Small groups spread every bucket over the epoch;
+# groups of 50 put a bucket with fewer rows than one group's only at the
+# epoch's end, an epoch ordered by length that cost STS-B 2.2 points of
+# correlation (BUILD_NOTES.md, "Length buckets"). 5 is the group the race
+# measured the bucketed rates with; a loop crosses groups as it needs
+# (`Trainer.train` dispatches a loop's calls before it reads any result
+# back, so none waits for the device).
 GROUP_BATCHES = 5
 
 
@@ -101,6 +102,16 @@ def saved_group_size(record):
   if len(record.get("buckets", ())) > 1:
     return min(record.get("config", {}).get("steps_per_loop", 5), 5)
   return None
+
+
+def recorded_config(record):
+  """The flags of config.json `record` (its "config"), with the group a
+  bucketed run from before --bucket_group_batches ran with."""
+  config = record.get("config", {})
+  group = saved_group_size(record)
+  if "bucket_group_batches" in config or not group:
+    return config
+  return dict(config, bucket_group_batches=group)
 
 
 def padded_tokens(histogram, buckets):

@@ -209,14 +209,17 @@ class Config:
       same=_same_buckets,
       former=("auto",))
   bucket_group_batches: int = _flag(
-      buckets.GROUP_BATCHES, "With several --seq_buckets: how many batches "
+      buckets.GROUP_BATCHES,
+      "With several --seq_buckets: how many batches "
       "of one bucket train one after another. Groups fill as an epoch's "
       "shuffled rows arrive, so small groups spread every bucket over the "
       "epoch; 1 changes length at nearly every step. It fixes which batches "
       "an epoch makes, so a resume keeps it.",
       None,
       _POSITIVE,
-      same=_same_group)
+      same=_same_group,
+      # Before the flag a run's group was min(--steps_per_loop, 5).
+      former=(1, 2, 3, 4))
   batch_size: int = _flag(
       32, "Global batch size (divisible by the replica count).", None,
       (lambda v: v >= 1, "must be a positive global batch size"))

@@ -256,8 +256,9 @@ def _resumed(c, shared):
   saved = run_dir.read_json(shared.config_json)
   if not (saved and checkpoints.exist(shared.checkpoints)):
     return None, c
-  c, kept = config_lib.run_defaults(c, saved.get("config", {}))
-  changes = run_dir.check_resume(saved.get("config", {}), c)
+  recorded = buckets_lib.recorded_config(saved)
+  c, kept = config_lib.run_defaults(c, recorded)
+  changes = run_dir.check_resume(recorded, c)
   # Logged once the resume is allowed: a refused one leaves train.log as it
   # was.
   for name in kept:
