@@ -13,6 +13,7 @@ from trainer.data import preprocessing
 from trainer.data import sources
 from trainer.data import splits as splits_lib
 from trainer.foundation import buckets as buckets_lib
+from trainer.foundation import config as config_lib
 
 
 @pytest.fixture(scope="module")
@@ -201,20 +202,21 @@ def test_small_training_groups_spread_every_bucket_over_the_epoch(
   assert spe == 25 + 74
   assert buckets_lib.group_size(50, buckets) == buckets_lib.GROUP_BATCHES == 5
   assert buckets_lib.group_size(50, (8,)) == 50
-  # Not --steps_per_loop, which a resume may change: the group fixes the
-  # order. A run's recorded group wins; runs from before the record resume
-  # with the rule they ran with.
+  # Not --steps_per_loop, which a resume may change: the group
+  # (--bucket_group_batches) fixes the order.
   assert buckets_lib.group_size(3, buckets) == 5
-  assert buckets_lib.group_size(3, buckets, saved=2) == 2
-  assert buckets_lib.group_size(3, (8,), saved=2) == 3
-  # --bucket_group_batches chooses the group of a new run; a recorded one
-  # wins.
   assert buckets_lib.group_size(3, buckets, chosen=1) == 1
-  assert buckets_lib.group_size(3, buckets, saved=5, chosen=1) == 5
-  # A config.json from before the flag: the group the run ran with.
+  assert buckets_lib.group_size(3, (8,), chosen=1) == 3
+  # A config.json from before the flag: the group the run ran with, which
+  # a resume that leaves the flag at its default takes (run_defaults).
   old = dict(buckets=[5, 8], config=dict(steps_per_loop=2))
   assert buckets_lib.recorded_config(old) == dict(
       steps_per_loop=2, bucket_group_batches=2)
+  resumed, kept = config_lib.run_defaults(
+      config_lib.Config(steps_per_loop=3), buckets_lib.recorded_config(old))
+  assert kept == ["bucket_group_batches"]
+  assert buckets_lib.group_size(resumed.steps_per_loop, buckets,
+                                resumed.bucket_group_batches) == 2
   new = dict(buckets=[5, 8], config=dict(bucket_group_batches=1))
   assert buckets_lib.recorded_config(new) == dict(bucket_group_batches=1)
   fixed = dict(buckets=[8], config=dict(steps_per_loop=2))

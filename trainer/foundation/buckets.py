@@ -81,14 +81,14 @@ def parse(spec, seq_length):
   return tuple(lengths) + (() if lengths[-1] == seq_length else (seq_length,))
 
 
-def group_size(steps_per_loop, buckets, saved=None, chosen=GROUP_BATCHES):
+def group_size(steps_per_loop, buckets, chosen=GROUP_BATCHES):
   """Batches per training group. One bucket: `steps_per_loop` (a loop is
   one call, and the batches' order does not depend on the group). Several:
-  the run's recorded group (`saved`, config.json's `train_group_batches`)
-  or `chosen` (--bucket_group_batches)."""
+  `chosen` (--bucket_group_batches; a resume keeps the run's, see
+  `recorded_config`)."""
   if len(buckets) == 1:
     return steps_per_loop
-  return saved or chosen
+  return chosen
 
 
 def saved_group_size(record):

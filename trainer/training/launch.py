@@ -376,9 +376,8 @@ def _build(run, strategy, signals):
                                                counts["train"]["rows_used"],
                                                run.out, saved)
   # The order of a bucketed epoch depends on the group: a resume keeps the
-  # run's (--bucket_group_batches), whatever --steps_per_loop is now.
+  # run's --bucket_group_batches (`_resumed`), whatever --steps_per_loop is.
   group = buckets_lib.group_size(c.steps_per_loop, buckets,
-                                 buckets_lib.saved_group_size(saved),
                                  c.bucket_group_batches)
   plan = _plan(c, counts["train"]["rows_used"],
                buckets_lib.steps_per_epoch(in_buckets, c.batch_size))
