@@ -181,9 +181,10 @@ def table(runs, stats, baseline, flagfile):
       {m for row in stats.values() for m in row if not m.startswith("raw_")})
   lines = []
   for metric in metrics:
+    paired = (f"paired: row - {baseline}, 95% interval over the "
+              "repetitions both ran" if baseline else "no --baseline row")
     lines += [
-        f"**{metric}** (x100; paired: row - {baseline or 'none'}, 95% "
-        "interval over the repetitions both ran)", "",
+        f"**{metric}** (x100; {paired})", "",
         "| row | runs | mean | sd | sem | paired diff | 95% interval | "
         "average - raw weights [95%] | train examples/s | wall per run |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
@@ -192,8 +193,11 @@ def table(runs, stats, baseline, flagfile):
       done = [r for r in runs[row].values() if "metrics" in r]
       failed = len(runs[row]) - len(done)
       if metric not in entries:
-        lines.append(f"| {row} | 0 of {len(runs[row])} | failed | | | | | "
-                     "| | |")
+        # A row of another task (its own --flagfile) reports other metrics;
+        # a row none of whose runs finished reports none.
+        if not done:
+          lines.append(f"| {row} | 0 of {len(runs[row])} | failed | | | | "
+                       "| | | |")
         continue
       s, p = entries[metric]["summary"], entries[metric].get("paired")
       speeds = [

@@ -220,3 +220,32 @@ def test_tokens_per_example_under_three_batchings():
   one = bucket_padding.tokens_per_example(histogram, (8,), 2)
   assert one == pytest.approx(
       dict(fixed=8.0, one_length=8.0, mixed=8.0, mixed_in_last=1.0))
+
+
+def test_rows_of_other_tasks_leave_a_metrics_table(tmp_path):
+  """A sweep over several tasks' flagfiles: a finished row that does not
+  report a metric is left out of its table; a row with no finished run is
+  the one that shows as failed."""
+  work = str(tmp_path / "work")
+  for seed in range(2):
+    _record(work, f"cola-s{seed}", 0.71, mcc=0.24 + seed / 100)
+    _record(work, f"rte-s{seed}", 0.60)
+    os.makedirs(os.path.join(work, f"sst2-s{seed}"))
+    with open(os.path.join(work, f"sst2-s{seed}", "sweep_record.json"),
+              "w") as f:
+      json.dump(dict(name=f"sst2-s{seed}", rc=1, wall_seconds=5.0), f)
+  rows = tmp_path / "rows.txt"
+  rows.write_text("cola --flagfile=c\nrte --flagfile=r\nsst2 --flagfile=s\n")
+  sys.argv = [
+      "recipe_sweep", "--flagfile=", f"--rows={rows}", f"--work_dir={work}",
+      "--seeds=2"
+  ]
+  recipe_sweep.main()
+  text = open(os.path.join(work, "sweep.md")).read()
+  mcc = text.split("**mcc**")[1].split("**")[0]
+  assert "(x100; no --baseline row)" in mcc
+  assert "| cola | 2 | 24.50 | 0.71 | 0.50 | - | - | - |" in mcc
+  assert "| sst2 | 0 of 2 | failed |" in mcc
+  assert "rte" not in mcc
+  accuracy = text.split("**accuracy**")[1].split("**")[0]
+  assert "| rte | 2 | 60.00 |" in accuracy
