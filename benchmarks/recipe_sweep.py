@@ -19,7 +19,8 @@ every row within one, so a sweep cut short still holds complete pairs.
 Each run is a real `python -m trainer.main` process in its own model_dir
 under `--work_dir`, with an eval only at the end and no export, so the
 metrics are the final model's, never a pick among evals. A run whose record
-exists is not run again: a killed sweep resumes from the runs it has.
+exists is not run again: a killed sweep resumes from the runs it has, and a
+run stopped midway resumes from its checkpoint (SIGTERM saves one).
 
 Prints a Markdown table per eval metric: each row's mean, standard
 deviation and standard error over its repetitions and, against
@@ -28,7 +29,7 @@ the repetitions both rows ran) and, for runs with --ema_decay (which also
 report the raw weights' `raw_<metric>`), the average's paired difference
 against the raw weights of the same runs. Those raw weights also make a row
 of their own, `<row>:raw`: the same training without the average (equal to
-a run without --ema_decay, see benchmarks/RESULTS.md), so
+a run without --ema_decay up to float noise, see benchmarks/RESULTS.md), so
 `--baseline=<row>:raw` compares every row with fixed shapes with no second
 fixed-shape run. Writes the table to
 `--work_dir`/sweep.md and every run's record with the statistics to
@@ -70,6 +71,26 @@ def command(flagfile, overrides, model_dir):
           list(FIXED) + [f"--model_dir={model_dir}"])
 
 
+def sets_flag(name, overrides, flagfile):
+  """Whether the run's flags, in the order absl reads them (the base
+  flagfile, then the row's, each --flagfile= where it stands, one level
+  deep), leave --name at a value other than 0."""
+
+  def read(path):
+    with open(os.path.join(ROOT, path)) as f:
+      return shlex.split(f.read(), comments=True)
+
+  words = read(flagfile) if flagfile else []
+  for w in overrides:
+    words += read(w.split("=", 1)[1]) if w.startswith("--flagfile=") else [w]
+  values = [
+      w.partition("=")[2] if "=" in w else next_
+      for w, next_ in zip(words, words[1:] + [""])
+      if w == f"--{name}" or w.startswith(f"--{name}=")
+  ]
+  return bool(values) and values[-1] not in ("", "0", "0.0")
+
+
 def repetitions(seeds, folds):
   """[(suffix, flags)] of every repetition; one plain run when both are 0."""
   seed_part = [(f"s{i}", [f"--seed={i}"]) for i in range(seeds)] or [("", [])]
@@ -88,12 +109,16 @@ def run_one(flagfile, name, overrides, work_dir):
     with open(record_path) as f:
       return json.load(f)
   cmd = command(flagfile, overrides, model_dir)
+  # A run killed before its record (SIGTERM saves a checkpoint) resumes
+  # where it stopped: the same metrics, but its wall is only the rest.
+  resumed = os.path.exists(os.path.join(model_dir, "checkpoints", "checkpoint"))
   started = time.time()
   with open(os.path.join(work_dir, f"{name}.log"), "w") as log:
     rc = subprocess.run(
         cmd, cwd=ROOT, stdout=log, stderr=log, check=False).returncode
   wall = time.time() - started
-  record = dict(name=name, overrides=overrides, rc=rc, wall_seconds=wall)
+  record = dict(
+      name=name, overrides=overrides, rc=rc, wall_seconds=wall, resumed=resumed)
   summary_path = os.path.join(model_dir, "summary.json")
   if rc == 0 and os.path.exists(summary_path):
     with open(summary_path) as f:
@@ -204,7 +229,9 @@ def table(runs, stats, baseline, flagfile):
           r["examples_per_second"] for r in done if r.get("examples_per_second")
       ]
       speed = f"{sum(speeds) / len(speeds):.1f}" if speeds else "-"
-      wall = sum(r["wall_seconds"] for r in done) / max(len(done), 1)
+      # A resumed run's wall is part of one; its examples/s is whole.
+      walls = [r["wall_seconds"] for r in done if not r.get("resumed")]
+      wall = f"{sum(walls) / len(walls) / 60:.1f} min" if walls else "-"
       raw = entries[metric].get("vs_raw")
       vs_raw = "-"
       if raw:
@@ -213,7 +240,7 @@ def table(runs, stats, baseline, flagfile):
           f"| {row} | {s.n}{f' ({failed} failed)' if failed else ''} | "
           f"{_points(s.mean)} | {_points(s.sd)} | {_points(s.sem)} | "
           f"{_points(p.diff.mean) if p else '-'} | {_interval(p)} | "
-          f"{vs_raw} | {speed} | {wall / 60:.1f} min |")
+          f"{vs_raw} | {speed} | {wall} |")
     lines.append("")
   base = f"--flagfile={flagfile} " if flagfile else ""
   lines.append(f"Command per run: `python -m trainer.main "
@@ -293,13 +320,19 @@ def main():
   args = parser.parse_args()
   os.makedirs(args.work_dir, exist_ok=True)
   only = set(filter(None, args.only.split(",")))
-  rows = [(n, o) for n, o in read_rows(args.rows) if not only or n in only]
+  every_row = read_rows(args.rows)
+  unknown = sorted(only - {n for n, _ in every_row})
+  if unknown:
+    parser.error(f"--only names {', '.join(unknown)}, not rows of "
+                 f"{args.rows}")
+  rows = [(n, o) for n, o in every_row if not only or n in only]
   base = args.baseline.removesuffix(RAW)
   if args.baseline and base not in dict(rows):
     parser.error(f"--baseline={args.baseline} is not a row of --rows "
                  f"(or a row's raw weights, <row>{RAW})")
-  if args.baseline.endswith(RAW) and not any(
-      o.startswith("--ema_decay=") for o in dict(rows)[base]):
+  if args.baseline.endswith(RAW) and not sets_flag("ema_decay",
+                                                   dict(rows)[base],
+                                                   args.flagfile):
     parser.error(f"--baseline={args.baseline}: row {base} has no "
                  "--ema_decay, so its runs report no raw weights")
   runs = {name: {} for name, _ in rows}

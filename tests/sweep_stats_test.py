@@ -72,13 +72,14 @@ def test_repetitions_are_seeds_then_folds():
   assert names == ["s0-f0", "s0-f1", "s1-f0", "s1-f1"]
 
 
-def _record(work_dir, name, accuracy, **more):
+def _record(work_dir, name, accuracy, wall_seconds=60.0, **more):
   os.makedirs(os.path.join(work_dir, name))
   record = dict(
       name=name,
       overrides=[],
       rc=0,
-      wall_seconds=60.0,
+      wall_seconds=wall_seconds,
+      resumed=more.pop("resumed", False),
       metrics=dict(accuracy=accuracy, loss=0.4, **more),
       eval_examples=100,
       examples_per_second=10.0,
@@ -185,6 +186,51 @@ def test_a_baseline_must_name_a_row_or_its_raw_weights(tmp_path, capsys):
     recipe_sweep.main()
   assert "--baseline=fixed:raw is not a row of --rows" in (
       capsys.readouterr().err)
+
+
+def test_a_raw_baseline_may_take_its_average_from_a_flagfile(tmp_path):
+  """--ema_decay in the base flagfile makes every row's raw weights a
+  baseline; --ema_decay=0 there (or a later 0) leaves none."""
+  flags = tmp_path / "base.flags"
+  flags.write_text("# the recipe\n--ema_decay=0.998\n--seed=0\n")
+  assert recipe_sweep.sets_flag("ema_decay", [], str(flags))
+  assert not recipe_sweep.sets_flag("ema_decay", ["--ema_decay=0"], str(flags))
+  assert recipe_sweep.sets_flag("ema_decay", ["--ema_decay", "0.9"], "")
+  assert not recipe_sweep.sets_flag("ema_decay", ["--ema_decay", "0"], "")
+  assert not recipe_sweep.sets_flag("ema_decay", ["--seed=1"], "")
+  own = tmp_path / "own.flags"
+  own.write_text("--ema_decay=0.99\n")
+  assert recipe_sweep.sets_flag("ema_decay", [f"--flagfile={own}"], "")
+
+
+def test_only_must_name_rows(tmp_path, capsys):
+  rows = tmp_path / "rows.txt"
+  rows.write_text("fixed --seq_buckets=none\nauto --seq_buckets=auto\n")
+  sys.argv = [
+      "recipe_sweep", f"--rows={rows}", f"--work_dir={tmp_path}",
+      "--only=fixed,atuo"
+  ]
+  with pytest.raises(SystemExit):
+    recipe_sweep.main()
+  assert "--only names atuo, not rows of" in capsys.readouterr().err
+
+
+def test_a_resumed_runs_wall_is_left_out_of_the_mean(tmp_path):
+  """A run killed before its record resumes from its checkpoint: its wall
+  is only the rest, so the wall column averages the whole runs."""
+  rows = tmp_path / "rows.txt"
+  rows.write_text("fixed --seq_buckets=none\n")
+  work = str(tmp_path / "work")
+  _record(work, "fixed-f0", 0.80, wall_seconds=600.0)
+  _record(work, "fixed-f1", 0.82, wall_seconds=60.0, resumed=True)
+  _record(work, "fixed-f2", 0.84, wall_seconds=720.0)
+  sys.argv = [
+      "recipe_sweep", f"--rows={rows}", f"--work_dir={work}", "--folds=3"
+  ]
+  recipe_sweep.main()
+  text = open(os.path.join(work, "sweep.md")).read()
+  wall = "| - | 10.0 | 11.0 min |"
+  assert "| fixed | 3 | 82.00 | 2.00 | 1.15 | - | - " + wall in text
 
 
 def test_the_sweeps_settings_follow_a_rows_own_flagfile():
