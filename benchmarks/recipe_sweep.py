@@ -109,16 +109,12 @@ def run_one(flagfile, name, overrides, work_dir):
     with open(record_path) as f:
       return json.load(f)
   cmd = command(flagfile, overrides, model_dir)
-  # A run killed before its record (SIGTERM saves a checkpoint) resumes
-  # where it stopped: the same metrics, but its wall is only the rest.
-  resumed = os.path.exists(os.path.join(model_dir, "checkpoints", "checkpoint"))
   started = time.time()
   with open(os.path.join(work_dir, f"{name}.log"), "w") as log:
     rc = subprocess.run(
         cmd, cwd=ROOT, stdout=log, stderr=log, check=False).returncode
   wall = time.time() - started
-  record = dict(
-      name=name, overrides=overrides, rc=rc, wall_seconds=wall, resumed=resumed)
+  record = dict(name=name, overrides=overrides, rc=rc, wall_seconds=wall)
   summary_path = os.path.join(model_dir, "summary.json")
   if rc == 0 and os.path.exists(summary_path):
     with open(summary_path) as f:
@@ -131,7 +127,11 @@ def run_one(flagfile, name, overrides, work_dir):
         },
         eval_examples=summary["eval_examples"],
         examples_per_second=summary["examples_per_second"],
-        steps=summary["final_step"])
+        steps=summary["final_step"],
+        train_examples=summary["examples"]["train"],
+        # A run killed before its record (SIGTERM saves a checkpoint)
+        # resumes there: the same metrics, but its wall is only the rest.
+        start_step=summary["start_step"])
     with open(record_path, "w") as f:
       json.dump(record, f)
   return record
@@ -159,13 +159,30 @@ def with_raw_rows(runs):
   return out
 
 
+def test_train(reps):
+  """Held-out over training examples when every run of a row is a fold of
+  one data set (and its record counts both), else 0: folds share their
+  training data, which sweep_stats.paired allows for."""
+  done = [r for r in reps.values() if "metrics" in r]
+  if not done or not all(
+      r.get("train_examples") and any(
+          o.startswith("--validation_fold=")
+          for o in r["overrides"])
+      for r in done):
+    return 0.0
+  return (sum(r["eval_examples"] for r in done) /
+          sum(r["train_examples"] for r in done))
+
+
 def statistics(runs, baseline):
   """runs: {row: {repetition: record}} -> {row: {metric: dict}} with the
   Summary over the row's finished repetitions, for rows other than
   `baseline` the Paired difference against it and, where the runs also
   report the raw weights' `raw_<metric>` (--ema_decay), the Paired
   difference of the averaged weights against them (`vs_raw`: the same
-  runs, so the pairing removes all but the average's own effect)."""
+  runs, so the pairing removes all but the average's own effect). For
+  folds, `paired_folds` is the interval widened for the training data the
+  folds share."""
 
   def values(row, metric):
     return {
@@ -183,7 +200,11 @@ def statistics(runs, baseline):
       mine = values(row, metric)
       entry = dict(summary=sweep_stats.summarize(mine.values()))
       if baseline in runs and row != baseline:
-        entry["paired"] = sweep_stats.paired(mine, values(baseline, metric))
+        theirs = values(baseline, metric)
+        entry["paired"] = sweep_stats.paired(mine, theirs)
+        share = test_train(runs[row])
+        if share:
+          entry["paired_folds"] = sweep_stats.paired(mine, theirs, share)
       if f"raw_{metric}" in metrics:
         entry["vs_raw"] = sweep_stats.paired(mine, values(row, f"raw_{metric}"))
       out[row][metric] = entry
@@ -207,7 +228,8 @@ def table(runs, stats, baseline, flagfile):
   lines = []
   for metric in metrics:
     paired = (f"paired: row - {baseline}, 95% interval over the "
-              "repetitions both ran" if baseline else "no --baseline row")
+              "repetitions both ran; `folds`: widened for the training data "
+              "folds share" if baseline else "no --baseline row")
     lines += [
         f"**{metric}** (x100; {paired})", "",
         "| row | runs | mean | sd | sem | paired diff | 95% interval | "
@@ -225,12 +247,15 @@ def table(runs, stats, baseline, flagfile):
                        "| | | |")
         continue
       s, p = entries[metric]["summary"], entries[metric].get("paired")
+      interval = _interval(p)
+      if entries[metric].get("paired_folds"):
+        interval += f"; folds {_interval(entries[metric]['paired_folds'])}"
       speeds = [
           r["examples_per_second"] for r in done if r.get("examples_per_second")
       ]
       speed = f"{sum(speeds) / len(speeds):.1f}" if speeds else "-"
       # A resumed run's wall is part of one; its examples/s is whole.
-      walls = [r["wall_seconds"] for r in done if not r.get("resumed")]
+      walls = [r["wall_seconds"] for r in done if not r.get("start_step")]
       wall = f"{sum(walls) / len(walls) / 60:.1f} min" if walls else "-"
       raw = entries[metric].get("vs_raw")
       vs_raw = "-"
@@ -239,7 +264,7 @@ def table(runs, stats, baseline, flagfile):
       lines.append(
           f"| {row} | {s.n}{f' ({failed} failed)' if failed else ''} | "
           f"{_points(s.mean)} | {_points(s.sd)} | {_points(s.sem)} | "
-          f"{_points(p.diff.mean) if p else '-'} | {_interval(p)} | "
+          f"{_points(p.diff.mean) if p else '-'} | {interval} | "
           f"{vs_raw} | {speed} | {wall} |")
     lines.append("")
   base = f"--flagfile={flagfile} " if flagfile else ""

@@ -66,14 +66,21 @@ class Paired:
     return (self.high - self.low) / 2
 
 
-def paired(row, baseline):
+def paired(row, baseline, test_train=0.0):
   """`row` and `baseline`: {repetition: value}; pairs on the repetitions
-  both hold. Returns a Paired, or None when they share none."""
+  both hold. Returns a Paired, or None when they share none.
+
+  `test_train` > 0 (held-out / training examples, for folds of one data
+  set) widens the interval for the training data the folds share, which
+  makes their differences correlated: the variance of the mean difference
+  is taken as sd^2 x (1/n + test_train) instead of sd^2 / n, the corrected
+  resampled t of Nadeau & Bengio (2003), made for random splits and a
+  heuristic for folds."""
   shared = sorted(set(row) & set(baseline))
   if not shared:
     return None
   diff = summarize([row[k] - baseline[k] for k in shared])
   if diff.n == 1:
     return Paired(diff, math.nan, math.nan)
-  half = t975(diff.n - 1) * diff.sem
+  half = t975(diff.n - 1) * diff.sd * math.sqrt(1 / diff.n + test_train)
   return Paired(diff, diff.mean - half, diff.mean + half)

@@ -49,6 +49,18 @@ def test_paired_interval_over_shared_repetitions():
       (0.02 - 3.182 * sd / 2, 0.02 + 3.182 * sd / 2))
 
 
+def test_folds_sharing_training_data_widen_the_interval():
+  """Differences .01, .03, .02, .02 as above, 1 held out per 9 trained:
+  sd x sqrt(1/4 + 1/9) in place of sd / 2."""
+  row = dict(f0=0.81, f1=0.83, f2=0.82, f3=0.84)
+  base = dict(f0=0.80, f1=0.80, f2=0.80, f3=0.82)
+  p = sweep_stats.paired(row, base, test_train=1 / 9)
+  sd = math.sqrt(2 / 3) * 1e-2
+  assert p.diff.mean == pytest.approx(0.02, abs=1e-12)
+  assert p.half_width == pytest.approx(
+      3.182 * sd * math.sqrt(1 / 4 + 1 / 9), abs=1e-12)
+
+
 def test_paired_needs_a_shared_repetition():
   assert sweep_stats.paired(dict(s0=1.0), dict(s1=1.0)) is None
   one = sweep_stats.paired(dict(s0=0.9), dict(s0=0.8))
@@ -76,10 +88,11 @@ def _record(work_dir, name, accuracy, wall_seconds=60.0, **more):
   os.makedirs(os.path.join(work_dir, name))
   record = dict(
       name=name,
-      overrides=[],
+      overrides=more.pop("overrides", []),
+      train_examples=more.pop("train_examples", None),
       rc=0,
       wall_seconds=wall_seconds,
-      resumed=more.pop("resumed", False),
+      start_step=more.pop("start_step", 0),
       metrics=dict(accuracy=accuracy, loss=0.4, **more),
       eval_examples=100,
       examples_per_second=10.0,
@@ -115,6 +128,38 @@ def test_the_sweep_resumes_from_its_records_and_tabulates(tmp_path):
   assert "| auto | 3 | 82.67 | 1.53 | 0.88 | 0.67 |" in text
   fixed = "| fixed | 3 | 82.00 | 2.00 | 1.15 | - | - | - | 10.0 | 1.0 min |"
   assert fixed in text
+
+
+def test_folds_of_one_data_set_get_the_widened_interval(tmp_path):
+  """Runs of --validation_fold that count 100 held out and 900 trained:
+  the table gives the plain interval and, after it, the one widened by
+  sqrt(1/3 + 1/9) / sqrt(1/3)."""
+  rows = tmp_path / "rows.txt"
+  rows.write_text("fixed --seq_buckets=none\nauto --seq_buckets=auto\n")
+  work = str(tmp_path / "work")
+  for fold, (a, b) in enumerate([(0.80, 0.81), (0.82, 0.84), (0.84, 0.83)]):
+    for row, value in (("fixed", a), ("auto", b)):
+      _record(
+          work,
+          f"{row}-f{fold}",
+          value,
+          train_examples=900,
+          overrides=[f"--validation_fold={fold}"])
+  sys.argv = [
+      "recipe_sweep", f"--rows={rows}", f"--work_dir={work}", "--folds=3",
+      "--baseline=fixed"
+  ]
+  recipe_sweep.main()
+  with open(os.path.join(work, "sweep.json")) as f:
+    auto = json.load(f)["statistics"]["auto"]["accuracy"]
+  # Differences .01, .02, -.01 (the test above): sd sqrt(7/3) x 1e-2.
+  sd = math.sqrt(7 / 3) * 1e-2
+  plain = auto["paired"]["high"] - auto["paired"]["low"]
+  folds = auto["paired_folds"]["high"] - auto["paired_folds"]["low"]
+  assert plain == pytest.approx(2 * 4.303 * sd / math.sqrt(3))
+  assert folds == pytest.approx(2 * 4.303 * sd * math.sqrt(1 / 3 + 1 / 9))
+  text = open(os.path.join(work, "sweep.md")).read()
+  assert "| 0.67 | [-3.13, 4.46]; folds [-3.72, 5.05] |" in text
 
 
 def test_averaged_weights_paired_against_the_same_runs_raw_ones(tmp_path):
@@ -222,7 +267,7 @@ def test_a_resumed_runs_wall_is_left_out_of_the_mean(tmp_path):
   rows.write_text("fixed --seq_buckets=none\n")
   work = str(tmp_path / "work")
   _record(work, "fixed-f0", 0.80, wall_seconds=600.0)
-  _record(work, "fixed-f1", 0.82, wall_seconds=60.0, resumed=True)
+  _record(work, "fixed-f1", 0.82, wall_seconds=60.0, start_step=50)
   _record(work, "fixed-f2", 0.84, wall_seconds=720.0)
   sys.argv = [
       "recipe_sweep", f"--rows={rows}", f"--work_dir={work}", "--folds=3"
