@@ -159,7 +159,7 @@ def with_raw_rows(runs):
   return out
 
 
-def test_train(reps):
+def held_out_share(reps):
   """Held-out over training examples when every run of a row is a fold of
   one data set (and its record counts both), else 0: folds share their
   training data, which sweep_stats.paired allows for."""
@@ -202,7 +202,7 @@ def statistics(runs, baseline):
       if baseline in runs and row != baseline:
         theirs = values(baseline, metric)
         entry["paired"] = sweep_stats.paired(mine, theirs)
-        share = test_train(runs[row])
+        share = held_out_share(runs[row])
         if share:
           entry["paired_folds"] = sweep_stats.paired(mine, theirs, share)
       if f"raw_{metric}" in metrics:
