@@ -220,17 +220,20 @@ def test_the_raw_weights_of_averaged_runs_are_a_baseline_row(tmp_path):
       text)
 
 
-def test_a_baseline_must_name_a_row_or_its_raw_weights(tmp_path, capsys):
+def _refusal(tmp_path, capsys, rows_text, flag):
+  """The sweep's one-line refusal of `flag` over rows `rows_text`."""
   rows = tmp_path / "rows.txt"
-  rows.write_text("ema --ema_decay=0.99\n")
-  sys.argv = [
-      "recipe_sweep", f"--rows={rows}", f"--work_dir={tmp_path}",
-      "--baseline=fixed:raw"
-  ]
+  rows.write_text(rows_text)
+  sys.argv = ["recipe_sweep", f"--rows={rows}", f"--work_dir={tmp_path}", flag]
   with pytest.raises(SystemExit):
     recipe_sweep.main()
-  assert "--baseline=fixed:raw is not a row of --rows" in (
-      capsys.readouterr().err)
+  return capsys.readouterr().err
+
+
+def test_a_baseline_must_name_a_row_or_its_raw_weights(tmp_path, capsys):
+  err = _refusal(tmp_path, capsys, "ema --ema_decay=0.99\n",
+                 "--baseline=fixed:raw")
+  assert "--baseline=fixed:raw is not a row of --rows" in err
 
 
 def test_a_raw_baseline_may_take_its_average_from_a_flagfile(tmp_path):
@@ -249,15 +252,10 @@ def test_a_raw_baseline_may_take_its_average_from_a_flagfile(tmp_path):
 
 
 def test_only_must_name_rows(tmp_path, capsys):
-  rows = tmp_path / "rows.txt"
-  rows.write_text("fixed --seq_buckets=none\nauto --seq_buckets=auto\n")
-  sys.argv = [
-      "recipe_sweep", f"--rows={rows}", f"--work_dir={tmp_path}",
-      "--only=fixed,atuo"
-  ]
-  with pytest.raises(SystemExit):
-    recipe_sweep.main()
-  assert "--only names atuo, not rows of" in capsys.readouterr().err
+  err = _refusal(tmp_path, capsys,
+                 "fixed --seq_buckets=none\nauto --seq_buckets=auto\n",
+                 "--only=fixed,atuo")
+  assert "--only names atuo, not rows of" in err
 
 
 def test_a_resumed_runs_wall_is_left_out_of_the_mean(tmp_path):
