@@ -102,19 +102,47 @@ def test_train_and_finish(trained):
   del tmp_path
 
 
-def test_a_second_setup_resumes_where_the_first_stopped(trained, demo_paths):
+def test_a_second_setup_resumes_where_the_first_stopped(trained, demo_paths,
+                                                        info_logging):
   tmp_path, job, _, _, _ = trained
-  # As a run whose auto buckets an older rule chose: a resume keeps them.
+  resume = dataclasses.replace(
+      job.run.config, train_steps=12, checkpoint_every=0)
   record_path = job.run.out.config_json
   record = json.load(open(record_path))
+  assert record["shuffle"] == "windows"
+  # A shuffle this trainer lacks (a newer one's run) is refused first.
+  json.dump(dict(record, shuffle="sorted"), open(record_path, "w"))
+  before = open(record_path).read()
+  with pytest.raises(
+      errors.ConfigError,
+      match="holds a run shuffled by "
+      "'sorted', which this trainer does not know"):
+    launch.setup(resume)
+  assert open(record_path).read() == before
+  # As a run whose auto buckets an older rule chose: a resume keeps them;
+  # and one from before the shuffle windows keeps tf.data's buffer.
   assert record["buckets"] == [8, 16, 32]
   record["buckets"] = [8, 32]
   del record["train_group_batches"], record["config"]["bucket_group_batches"]
+  del record["shuffle"]
   json.dump(record, open(record_path, "w"))
-  again = launch.setup(
-      dataclasses.replace(job.run.config, train_steps=12, checkpoint_every=0))
+  again = launch.setup(resume)
   again.close()
   assert again.facts.buckets == (8, 32)
+  assert json.load(open(record_path))["shuffle"] == "buffer"
+  assert "Resuming with the run's shuffle, tf.data's buffer" in open(
+      job.run.out.log_file).read()
+  windows = launch.setup(
+      dataclasses.replace(
+          resume,
+          model_dir=str(tmp_path / "fresh"),
+          seq_buckets="8,32",
+          bucket_group_batches=4))
+  windows.close()
+  # pylint: disable-next=protected-access
+  first = lambda j: next(j.trainer._dataset(0))["input_word_ids"].numpy()
+  assert first(again).shape == first(windows).shape
+  assert not np.array_equal(first(again), first(windows))
   # Before the group was recorded it was min(--steps_per_loop, 5): the run
   # keeps its 4, and config.json now says so in both places.
   again_record = json.load(open(record_path))

@@ -4,8 +4,9 @@ All text work (cleaning, WordPiece, packing) runs here, in tf.data on the
 host CPU, so the replicas only ever receive int32 tensors of static shape
 [batch, seq_length]. Data order is a pure function of (seed, epoch,
 position): a run resumed at step s sees exactly the batches an uninterrupted
-run would see from step s on. Nothing here holds the corpus in memory: rows
-stream from the source through a bounded shuffle buffer.
+run would see from step s on, in any process (`shuffled`). Nothing here
+holds the corpus in memory: rows stream from the source through a bounded
+shuffle window.
 """
 
 import tensorflow as tf
@@ -28,6 +29,35 @@ def usable_rows(split, stripes=1):
     return texts, label
 
   return split.chunks(stripes).map(usable).unbatch()
+
+
+# How an epoch's rows are shuffled, as config.json records it ("shuffle"):
+# "windows" (`shuffled`); "buffer", tf.data's shuffle buffer, which a run
+# recorded without the key used and resumes with. That order mixed in the
+# process's global seed (tf.random.set_seed, as --deterministic calls it),
+# so it was the same only from one fresh command to the next.
+SHUFFLE = "windows"
+LEGACY_SHUFFLE = "buffer"
+
+
+def shuffled(rows, window, seed):
+  """`rows` with each run of `window` consecutive ones permuted by
+  stateless Philox draws keyed by (int64 `seed`, the run's index): an
+  order that is a pure function of them in every process, whatever its
+  global seed. Holds one window of rows at a time."""
+
+  def permute(index, part):
+    keys = tf.random.stateless_uniform(
+        tf.shape(tf.nest.flatten(part)[0])[:1],
+        tf.stack([tf.cast(seed, tf.int64), index]),
+        minval=None,
+        maxval=None,
+        dtype=tf.int64,
+        alg="philox")
+    order = tf.argsort(keys, stable=True)
+    return tf.nest.map_structure(lambda t: tf.gather(t, order), part)
+
+  return rows.batch(window).enumerate().map(permute).unbatch()
 
 
 # Rows tokenized and packed per map call (vectorized; the order is kept).
@@ -161,11 +191,13 @@ def train_groups(split,
                  start_step=0,
                  seed=0,
                  shuffle_buffer=100_000,
-                 read_stripes=1):
+                 read_stripes=1,
+                 shuffle=SHUFFLE):
   """The endless training stream in groups, from batch position `start_step`.
 
   Epoch e is the split's usable rows (a file read at `read_stripes` places
-  in round-robin) shuffled with seed (seed, e) through a bounded buffer,
+  in round-robin) shuffled with seed (seed, e) in windows of
+  `shuffle_buffer` rows (`shuffle`: how, see SHUFFLE),
   tokenized and packed, each row routed to the smallest of `buckets` that
   holds it, and cut per bucket into full batches of `global_batch_size`
   (a bucket's remainder is dropped, so shapes never change):
@@ -190,8 +222,11 @@ def train_groups(split,
   def epoch(e, skip_groups):
     epoch_seed = tf.bitwise.bitwise_xor(
         tf.cast(seed, tf.int64) * 1_000_003, tf.cast(e, tf.int64))
-    rows = base.shuffle(
-        shuffle_buffer, seed=epoch_seed, reshuffle_each_iteration=False)
+    if shuffle == LEGACY_SHUFFLE:
+      rows = base.shuffle(
+          shuffle_buffer, seed=epoch_seed, reshuffle_each_iteration=False)
+    else:
+      rows = shuffled(base, shuffle_buffer, epoch_seed)
     rows = rows.skip(skip_groups * rows_per_group)
     rows = rows.batch(_PACK_ROWS).map(
         measure, num_parallel_calls=tf.data.AUTOTUNE,

@@ -268,8 +268,10 @@ class Config:
       1000, "Checkpoint every N steps (0 = only at the end).", None, _COUNT)
   keep_checkpoints: int = _tunable(3, "Rolling checkpoints kept.", None,
                                    _POSITIVE)
-  shuffle_buffer: int = _flag(100_000, "Examples in the seeded shuffle buffer.",
-                              None, _POSITIVE)
+  shuffle_buffer: int = _flag(
+      100_000, "Rows per shuffle window: each epoch permutes each window of "
+      "this many consecutive rows, seeded by --seed (one window in memory).",
+      None, _POSITIVE)
   seed: int = _flag(42, "Seed for data order, splits, head.")
   jit_compile: bool | None = _tunable(
       None, "XLA-compile the replica step on CPU/GPU (unset: on for GPU, "

@@ -4,7 +4,8 @@ buckets.
 `splits_and_counts` reads the splits the flags name (the demo's text set
 built if needed) and counts their rows once (cached in the run folder);
 `resolve_buckets` turns --seq_buckets into the bucket lengths, `auto`
-chosen from the measured lengths of the training split (also cached).
+chosen from the measured lengths of the training split (also cached);
+`shuffle` is how the epochs are shuffled.
 """
 
 from absl import logging
@@ -14,6 +15,7 @@ from trainer.data import input_pipeline
 from trainer.data import splits as splits_lib
 from trainer.encoders import demo
 from trainer.foundation import buckets as buckets_lib
+from trainer.foundation import errors
 from trainer.runtime import run_dir
 
 
@@ -67,3 +69,19 @@ def resolve_buckets(c, split, packer, rows_used, out, saved=None):
   logging.info("Length buckets (--seq_buckets=%s): %s", c.seq_buckets,
                buckets_lib.describe(histogram, chosen, c.batch_size))
   return chosen, buckets_lib.counts(histogram, chosen)
+
+
+def shuffle(saved, model_dir):
+  """How the run's epochs are shuffled (`input_pipeline.SHUFFLE`): a fresh
+  run's way, or for a resume the run's (`saved`, its config.json), tf.data's
+  buffer when the record predates the key, so a resume sees the batches the
+  run would have. Raises ConfigError for a way this trainer lacks."""
+  if not saved:
+    return input_pipeline.SHUFFLE
+  way = saved.get("shuffle", input_pipeline.LEGACY_SHUFFLE)
+  if way not in (input_pipeline.SHUFFLE, input_pipeline.LEGACY_SHUFFLE):
+    raise errors.ConfigError(
+        f"--model_dir={model_dir} holds a run shuffled by {way!r}, which "
+        "this trainer does not know: resume it with the trainer that began "
+        "it, or use a new --model_dir; nothing was changed")
+  return way

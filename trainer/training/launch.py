@@ -219,8 +219,7 @@ def _state(c, strategy, encoder, plan, out, route):
 
 
 def _write_config(run, plan, strategy, route, layer_rates, data):
-  splits, counts, buckets, group = data
-  del splits
+  counts, buckets, group, shuffle = data
   run_dir.write_json(
       run.out.config_json,
       dict(
@@ -230,6 +229,7 @@ def _write_config(run, plan, strategy, route, layer_rates, data):
           buckets=list(buckets),
           # With one bucket the group does not order anything.
           train_group_batches=group if len(buckets) > 1 else None,
+          shuffle=shuffle,
           plan=plan.durations(),
           replicas=strategy.num_replicas_in_sync,
           jit_compile=route.jit_compile,
@@ -249,16 +249,18 @@ def _log_layer_rates(table):
 
 def _resumed(c, shared):
   """Before anything is written: (the record (config.json) of the run whose
-  checkpoints model_dir holds, None for a fresh run; the Config to run).
+  checkpoints model_dir holds, None for a fresh run; the Config to run; how
+  its epochs are shuffled, `inputs.shuffle`).
   A field left at a default that changed since the run began takes the
   run's value (`config.run_defaults`); the run is resumed only with flags
   that continue it (`check_resume`)."""
   saved = run_dir.read_json(shared.config_json)
   if not (saved and checkpoints.exist(shared.checkpoints)):
-    return None, c
+    return None, c, inputs.shuffle(None, c.model_dir)
   recorded = buckets_lib.recorded_config(saved)
   c, kept = config_lib.run_defaults(c, recorded)
   changes = run_dir.check_resume(recorded, c)
+  shuffle = inputs.shuffle(saved, c.model_dir)
   # Logged once the resume is allowed: a refused one leaves train.log as it
   # was.
   for name in kept:
@@ -267,14 +269,17 @@ def _resumed(c, shared):
         "is now %s)", name, getattr(c, name), config_lib.default(name))
   for change in changes:
     logging.info("Resuming with %s", change)
-  return saved, c
+  if shuffle == input_pipeline.LEGACY_SHUFFLE:
+    logging.info("Resuming with the run's shuffle, tf.data's buffer (its "
+                 "order continues if --deterministic is as the run began)")
+  return saved, c, shuffle
 
 
 def _trainer(c, strategy, state, route, data, plan, run):
   """The trainer object: the compiled train loop over the run's data (with
   NaNs injected where a drill asks, and the profiler around its window);
-  `data` is (splits, packer, buckets)."""
-  splits, packer, buckets, group = data
+  `data` is (splits, packer, buckets, group, shuffle)."""
+  splits, packer, buckets, group, shuffle = data
 
   def dataset(position):
     ds = input_pipeline.train_groups(
@@ -287,7 +292,8 @@ def _trainer(c, strategy, state, route, data, plan, run):
         start_step=position,
         seed=c.seed,
         shuffle_buffer=c.shuffle_buffer,
-        read_stripes=c.read_stripes)
+        read_stripes=c.read_stripes,
+        shuffle=shuffle)
     input_pipeline.check_int_features(ds.element_spec)
     return iter(strategy.experimental_distribute_dataset(ds))
 
@@ -314,7 +320,7 @@ def _trainer(c, strategy, state, route, data, plan, run):
 
 
 def _evaluator(c, strategy, state, task, data):
-  splits, packer, buckets, _ = data
+  splits, packer, buckets = data[:3]
   eval_batch = c.eval_batch_size or c.batch_size
 
   def dataset(split):
@@ -366,7 +372,7 @@ def _actions(c, task, run, plan, state, evaluator, signals):
 
 def _build(run, strategy, signals):
   """The rest of `setup`, once the run's folder is this process's."""
-  saved, run.config = _resumed(run.config, run.shared)
+  saved, run.config, shuffle = _resumed(run.config, run.shared)
   c, task = run.config, run.task
   preprocessor, encoder, route = load_model(c, task, strategy)
   splits, counts = inputs.splits_and_counts(c, task, run.out)
@@ -388,9 +394,9 @@ def _build(run, strategy, signals):
   state = _state(c, strategy, encoder, plan, run.out, route)
   state.resume(run.shared.checkpoints, run.chief)
   _log_layer_rates(state.layer_rates)
-  data = (splits, packer, buckets, group)
+  data = (splits, packer, buckets, group, shuffle)
   _write_config(run, plan, strategy, route, state.layer_rates,
-                (splits, counts, buckets, group))
+                (counts, buckets, group, shuffle))
   evaluator = _evaluator(c, strategy, state, task, data)
   train_actions, evaluations, best, stop, closing = _actions(
       c, task, run, plan, state, evaluator, signals)
