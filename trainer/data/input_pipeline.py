@@ -44,7 +44,8 @@ def shuffled(rows, window, seed):
   """`rows` with each run of `window` consecutive ones permuted by
   stateless Philox draws keyed by (int64 `seed`, the run's index): an
   order that is a pure function of them in every process, whatever its
-  global seed. Holds one window of rows at a time."""
+  global seed. The next window is gathered while this one is used (two
+  windows of rows in memory), so a window's end never stalls the stream."""
 
   def permute(index, part):
     keys = tf.random.stateless_uniform(
@@ -57,7 +58,7 @@ def shuffled(rows, window, seed):
     order = tf.argsort(keys, stable=True)
     return tf.nest.map_structure(lambda t: tf.gather(t, order), part)
 
-  return rows.batch(window).enumerate().map(permute).unbatch()
+  return rows.batch(window).enumerate().map(permute).prefetch(1).unbatch()
 
 
 # Rows tokenized and packed per map call (vectorized; the order is kept).

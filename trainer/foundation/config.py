@@ -270,7 +270,7 @@ class Config:
                                    _POSITIVE)
   shuffle_buffer: int = _flag(
       100_000, "Rows per shuffle window: each epoch permutes each window of "
-      "this many consecutive rows, seeded by --seed (one window in memory).",
+      "this many consecutive rows, seeded by --seed (two windows in memory).",
       None, _POSITIVE)
   seed: int = _flag(42, "Seed for data order, splits, head.")
   jit_compile: bool | None = _tunable(
