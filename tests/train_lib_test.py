@@ -110,22 +110,25 @@ def test_a_second_setup_resumes_where_the_first_stopped(trained, demo_paths,
   record_path = job.run.out.config_json
   record = json.load(open(record_path))
   assert record["shuffle"] == "windows"
-  # A shuffle this trainer lacks (a newer one's run) is refused first.
-  json.dump(dict(record, shuffle="sorted"), open(record_path, "w"))
-  before = open(record_path).read()
+  # A shuffle this trainer lacks (a newer one's run) is refused first, the
+  # run's files as they were.
+  with open(record_path, "w") as f:
+    json.dump(dict(record, shuffle="sorted"), f)
+  before = [open(p).read() for p in (record_path, job.run.out.log_file)]
   with pytest.raises(
       errors.ConfigError,
       match="holds a run shuffled by "
       "'sorted', which this trainer does not know"):
     launch.setup(resume)
-  assert open(record_path).read() == before
+  assert [open(p).read() for p in (record_path, job.run.out.log_file)] == before
   # As a run whose auto buckets an older rule chose: a resume keeps them;
   # and one from before the shuffle windows keeps tf.data's buffer.
   assert record["buckets"] == [8, 16, 32]
   record["buckets"] = [8, 32]
   del record["train_group_batches"], record["config"]["bucket_group_batches"]
   del record["shuffle"]
-  json.dump(record, open(record_path, "w"))
+  with open(record_path, "w") as f:
+    json.dump(record, f)
   again = launch.setup(resume)
   again.close()
   assert again.facts.buckets == (8, 32)

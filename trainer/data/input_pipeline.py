@@ -44,8 +44,9 @@ def shuffled(rows, window, seed):
   """`rows` with each run of `window` consecutive ones permuted by
   stateless Philox draws keyed by (int64 `seed`, the run's index): an
   order that is a pure function of them in every process, whatever its
-  global seed. The next window is gathered while this one is used (two
-  windows of rows in memory), so a window's end never stalls the stream."""
+  global seed (on one TensorFlow: a test pins it). The next window is
+  gathered while this one is used (up to three windows of rows in memory),
+  so within an epoch a window's end does not stall the stream."""
 
   def permute(index, part):
     keys = tf.random.stateless_uniform(

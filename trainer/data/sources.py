@@ -206,7 +206,7 @@ class FileSource:
 
   `records(stripes=K)` reads K contiguous stretches of the file in
   round-robin, so a label-sorted file (like the original Sentiment140 CSV)
-  yields a mixed stream before any shuffle buffer; the row indices (and so
+  yields a mixed stream before any shuffle window; the row indices (and so
   the validation carve) do not depend on K.
   """
 

@@ -270,8 +270,8 @@ class Config:
                                    _POSITIVE)
   shuffle_buffer: int = _flag(
       100_000, "Rows per shuffle window: each epoch permutes each window of "
-      "this many consecutive rows, seeded by --seed (two windows in memory).",
-      None, _POSITIVE)
+      "this many consecutive rows, seeded by --seed (up to three windows in "
+      "memory).", None, _POSITIVE)
   seed: int = _flag(42, "Seed for data order, splits, head.")
   jit_compile: bool | None = _tunable(
       None, "XLA-compile the replica step on CPU/GPU (unset: on for GPU, "

@@ -114,9 +114,9 @@ class Job:
 def _start(c):
   """Determinism, the strategy, and this process's role and folders."""
   if c.deterministic:
-    # Data order, splits, the head's dropout and the demo encoder's dropout
-    # are functions of seeds and checkpointed state already; this makes the
-    # kernels deterministic too.
+    # Data order (but a run on tf.data's old buffer), splits, the dropouts
+    # of the head and the demo encoder are functions of seeds and state
+    # already; this makes the kernels deterministic too.
     tf.config.experimental.enable_op_determinism()
     tf.random.set_seed(c.seed)
   distribute.check_paths_for_tpu(
