@@ -62,6 +62,14 @@ def shuffled(rows, window, seed):
   return rows.batch(window).enumerate().map(permute).prefetch(1).unbatch()
 
 
+def _epoch_order(rows, shuffle, window, seed):
+  """An epoch's `rows` in their order: `shuffled`, or (LEGACY_SHUFFLE)
+  tf.data's buffer of `window` rows."""
+  if shuffle == LEGACY_SHUFFLE:
+    return rows.shuffle(window, seed=seed, reshuffle_each_iteration=False)
+  return shuffled(rows, window, seed)
+
+
 # Rows tokenized and packed per map call (vectorized; the order is kept).
 _PACK_ROWS = 256
 # The features of a packed example: the encoder's three, [..., length].
@@ -224,11 +232,7 @@ def train_groups(split,
   def epoch(e, skip_groups):
     epoch_seed = tf.bitwise.bitwise_xor(
         tf.cast(seed, tf.int64) * 1_000_003, tf.cast(e, tf.int64))
-    if shuffle == LEGACY_SHUFFLE:
-      rows = base.shuffle(
-          shuffle_buffer, seed=epoch_seed, reshuffle_each_iteration=False)
-    else:
-      rows = shuffled(base, shuffle_buffer, epoch_seed)
+    rows = _epoch_order(base, shuffle, shuffle_buffer, epoch_seed)
     rows = rows.skip(skip_groups * rows_per_group)
     rows = rows.batch(_PACK_ROWS).map(
         measure, num_parallel_calls=tf.data.AUTOTUNE,
