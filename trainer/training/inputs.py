@@ -5,7 +5,7 @@ buckets.
 built if needed) and counts their rows once (cached in the run folder);
 `resolve_buckets` turns --seq_buckets into the bucket lengths, `auto`
 chosen from the measured lengths of the training split (also cached);
-`shuffle` is how the epochs are shuffled.
+`shuffle` is how a resumed run's epochs are shuffled.
 """
 
 from absl import logging
@@ -72,12 +72,10 @@ def resolve_buckets(c, split, packer, rows_used, out, saved=None):
 
 
 def shuffle(saved, model_dir):
-  """How the run's epochs are shuffled (`input_pipeline.SHUFFLE`): a fresh
-  run's way, or for a resume the run's (`saved`, its config.json), tf.data's
-  buffer when the record predates the key, so a resume sees the batches the
-  run would have. Raises ConfigError for a way this trainer lacks."""
-  if not saved:
-    return input_pipeline.SHUFFLE
+  """How the run resumed from config.json `saved` shuffles its epochs
+  (`input_pipeline.SHUFFLE`): as the run did, tf.data's buffer when the
+  record predates the key, so a resume sees the batches the run would have.
+  Raises ConfigError for a way this trainer lacks."""
   way = saved.get("shuffle", input_pipeline.LEGACY_SHUFFLE)
   if way not in (input_pipeline.SHUFFLE, input_pipeline.LEGACY_SHUFFLE):
     raise errors.ConfigError(

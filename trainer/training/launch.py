@@ -256,7 +256,7 @@ def _resumed(c, shared):
   that continue it (`check_resume`)."""
   saved = run_dir.read_json(shared.config_json)
   if not (saved and checkpoints.exist(shared.checkpoints)):
-    return None, c, inputs.shuffle(None, c.model_dir)
+    return None, c, input_pipeline.SHUFFLE
   recorded = buckets_lib.recorded_config(saved)
   c, kept = config_lib.run_defaults(c, recorded)
   changes = run_dir.check_resume(recorded, c)
