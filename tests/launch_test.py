@@ -1,8 +1,14 @@
 """Set-up: everything resolved once, the resume, the handles checked."""
 
-import tensorflow as tf
-import pytest
+import dataclasses
+import os
 
+import pytest
+import tensorflow as tf
+
+from trainer.data import preprocessing
+from trainer.encoders import bert
+from trainer.encoders import demo
 from trainer.foundation import config as config_lib
 from trainer.foundation import tasks
 from trainer.training import launch
@@ -14,3 +20,71 @@ def test_seq_length_above_encoder_positions(demo_paths):
       config_lib.ConfigError,
       match=r"--seq_length=129 is invalid: the encoder has 128"):
     launch.load_model(c, tasks.resolve(c), tf.distribute.get_strategy())
+
+
+@pytest.fixture(scope="module")
+def opaque_encoder(tmp_path_factory):
+  """A TF Hub style encoder SavedModel this trainer cannot rebuild: no
+  config of ours inside, not named as Model Garden names BERT's variables
+  (a BERT behind a plain module, as any other exporter's would be)."""
+  path = str(tmp_path_factory.mktemp("opaque") / "encoder")
+  encoder = bert.BertEncoder(
+      bert.BertConfig(vocab_size=len(demo.vocabulary()), **demo.DEMO_BERT))
+  root = tf.__internal__.tracking.AutoTrackable()
+  root.encoder = encoder
+  call = tf.function(encoder.__call__)
+  spec = {
+      k: tf.TensorSpec([None, None], tf.int32)
+      for k in preprocessing.ENCODER_INPUTS
+  }
+  for training in (False, True):
+    call.get_concrete_function(spec, training=training)
+  root.__call__ = call
+  root.variables = list(encoder.variables)
+  root.trainable_variables = list(encoder.trainable_variables)
+  root.regularization_losses = []
+  tf.saved_model.save(root, path)
+  return path
+
+
+def test_shared_rows_need_an_encoder_that_takes_them(demo_paths, opaque_encoder,
+                                                     caplog, info_logging):
+  """The demo's encoder and a Model Garden BERT are rebuilt to take shared
+  rows; an opaque SavedModel trains one example a row under auto, with one
+  log line saying why, and is one error line when rows were asked for."""
+  strategy = tf.distribute.get_strategy()
+  garden = os.path.join(os.path.dirname(__file__), "data", "model_garden_bert")
+  for encoder, preprocessor in (("demo", "demo"),
+                                (os.path.join(garden, "encoder"),
+                                 os.path.join(garden, "preprocessor"))):
+    c = config_lib.Config(
+        encoder_handle=encoder,
+        preprocessor_handle=preprocessor,
+        seq_length=32,
+        shared_rows="auto",
+        demo_cache_dir=demo_paths["root"])
+    _, model, route, rows = launch.load_model(c, tasks.resolve(c), strategy)
+    assert rows and isinstance(model, bert.NativeEncoder), encoder
+    assert route.note == "precision: float32"
+  c = config_lib.Config(
+      encoder_handle=opaque_encoder,
+      preprocessor_handle=demo_paths["preprocessor"],
+      seq_length=32,
+      shared_rows="auto",
+      demo_cache_dir=demo_paths["root"])
+  _, model, _, rows = launch.load_model(c, tasks.resolve(c), strategy)
+  assert not rows and not isinstance(model, bert.NativeEncoder)
+  said = [r.getMessage() for r in caplog.records if "Shared rows" in r.message]
+  assert said == [
+      f"Shared rows: off, one example a row (--encoder_handle="
+      f"{opaque_encoder} is a SavedModel this trainer cannot rebuild "
+      "(neither its own encoder nor a Model Garden BERT), whose graph takes "
+      "one example a row)"
+  ]
+  with pytest.raises(
+      config_lib.ConfigError,
+      match=r"^--shared_rows=4 cannot apply: --encoder_handle=.* is a "
+      r"SavedModel this trainer cannot rebuild .*; use --shared_rows=none "
+      r"\(or auto, which falls back by itself\)$"):
+    launch.load_model(
+        dataclasses.replace(c, shared_rows="4"), tasks.resolve(c), strategy)

@@ -458,6 +458,28 @@ def test_jit_training_compiles_the_step_once_per_bucket(tmp_path, demo_paths):
       0) < 0.01 * summary["by_phase"]["XLA cluster (forward and backward)"]
 
 
+@pytest.mark.xla
+def test_jit_training_compiles_the_shared_rows_step_once_per_row_count(
+    tmp_path, demo_paths):
+  """`--jit_compile=true` with shared rows (4 or 6 rows a batch of 16
+  reviews, one example a row when 6 do not hold it; the demo's need 3 to
+  6): XLA compiles the forward/backward function once per row count the 8
+  steps train, whatever their examples."""
+  out, counts = _run_dumping([
+      sys.executable, "-m", "trainer.main",
+      f"--flagfile={ROOT}/flags/demo_quick.flags",
+      f"--demo_cache_dir={demo_paths['root']}", f"--model_dir={tmp_path}/run",
+      "--train_steps=8", "--steps_per_loop=4", "--eval_every=0",
+      "--checkpoint_every=0", "--export=false", "--jit_compile=true",
+      "--seq_buckets=none", "--shared_rows=4,6"
+  ], tmp_path)
+  assert "step 8/8" in out.stderr, out.stderr[-2000:]
+  with open(f"{tmp_path}/run/summary.json") as f:
+    trained = json.load(f)["steps_per_rows"]
+  assert sum(trained.values()) == 8 and set(trained) <= {"4", "6", "16"}
+  assert counts == {"forward_backward": len(trained), "xla_cpu_probe": 1}
+
+
 _LOADED_GRADIENT = r"""
 import sys
 import tensorflow as tf

@@ -7,10 +7,17 @@ fixtures stay in conftest.py.
 """
 
 import csv
+import dataclasses
 import io
 
+import numpy as np
+import tensorflow as tf
+
+from trainer.data import row_layout
 from trainer.data import sources
 from trainer.data import splits as splits_lib
+from trainer.encoders import bert
+from trainer.foundation import shared_rows
 from trainer.foundation import tasks
 
 LONG = "word " * 20_000  # 100,000 characters
@@ -159,3 +166,40 @@ def varied_text(i):
 def varied_csv(path, n):
   """Writes `n` rows of `varied_text`, labels alternating, to `path`."""
   write_csv(path, [(varied_text(i), i % 2) for i in range(n)])
+
+
+def in_rows(batch, ladder):
+  """A fixed-shape `batch` (packed inputs [b, seq_length], `label` [b]) in
+  shared rows, as the input pipeline lays one out: first-fit decreasing
+  into the smallest of `ladder` that holds it (one example a row when none
+  does). Returns the row features of the one batch."""
+  seq_length = int(batch["input_word_ids"].shape[1])
+  slots = shared_rows.slots_per_row(seq_length)
+  one = {k: v[tf.newaxis] for k, v in batch.items()}
+  one["length"] = row_layout.lengths_of(one)
+  placement = row_layout.first_fit_decreasing(one["length"], seq_length, slots)
+  rows = row_layout.shapes(
+      row_layout.rows_needed(placement[0]), ladder,
+      int(batch["label"].shape[0]))[0]
+  laid = row_layout.layout_run(one, placement, rows, slots)
+  return {k: v[0] for k, v in laid.items()}
+
+
+def slot_order(rows):
+  """int [examples]: each example's slot among `rows`' slots (row-major),
+  in the batch's order (the rows' `label` must hold the example indices)."""
+  weight = rows["weight"].numpy().reshape(-1)
+  index = rows["label"].numpy().reshape(-1)
+  where = np.full(int(weight.sum()), -1)
+  where[index[weight > 0]] = np.nonzero(weight > 0)[0]
+  return where
+
+
+def without_dropout(native):
+  """A `bert.NativeEncoder` computing as `native` does, with dropout off
+  (its own copy of the weights)."""
+  config = dataclasses.replace(native.encoder.config, dropout_rate=0.0)
+  copy = bert.BertEncoder(config)
+  for mine, theirs in zip(copy.variables, native.encoder.variables):
+    mine.assign(theirs)
+  return bert.NativeEncoder.around(copy)

@@ -583,6 +583,39 @@ def test_a_bucketed_resume_with_other_steps_per_loop_is_bit_identical(
   assert steps.sum() == 14 and steps[:2].all() and not steps[2:].any()
 
 
+@pytest.mark.slow
+def test_a_shared_rows_resume_with_other_steps_per_loop_is_bit_identical(
+    tmp_path, demo_paths):
+  """Shared rows of 2 (or 4) a batch of 16 reviews, one example a row when
+  4 do not hold it: stopped after step 9 of loops of 2, resumed with loops
+  of 10, every tensor equals the uninterrupted run's; steps counted per row
+  count add up to the plan. A resume with another --shared_rows is refused
+  in one line naming the recorded one."""
+  common = dict(
+      train_steps=14,
+      checkpoint_every=7,
+      eval_every=0,
+      deterministic=True,
+      seq_buckets="none",
+      shared_rows="2,4")
+  whole, record = _train_until(
+      _config(tmp_path / "whole", demo_paths, steps_per_loop=2, **common))
+  assert record["shared_rows"] == [2, 4] and record["buckets"] == [32]
+  split = _config(tmp_path / "split", demo_paths, steps_per_loop=2, **common)
+  _train_until(split, stop_after=9)
+  with pytest.raises(
+      errors.ConfigError,
+      match=r"other flags \(--shared_rows: '2,4' -> 'none'\)"):
+    launch.setup(dataclasses.replace(split, shared_rows="none"))
+  resumed, _ = _train_until(dataclasses.replace(split, steps_per_loop=10))
+  different = [k for k in whole if not np.array_equal(whole[k], resumed[k])]
+  assert len(whole) > 100 and not different
+  # Steps per row count (2, 4, then 16: one example a row), 14 in all;
+  # the demo's reviews need 3 to 6 rows, so the 2 is never enough.
+  steps = whole["bucket_steps/.ATTRIBUTES/VARIABLE_VALUE"]
+  assert steps.sum() == 14 and steps[1] and steps[2] and not steps[0]
+
+
 def test_the_bucket_group_flag_is_the_runs_group(tmp_path, demo_paths):
   c = _config(tmp_path, demo_paths, bucket_group_batches=2, train_steps=4)
   job = launch.setup(c)

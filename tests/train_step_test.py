@@ -411,7 +411,8 @@ def _bucketed_training(strategy, encoder_path, split, packer, spe):
     count = int(train_step.group_count(strategy, group))
     ids = strategy.experimental_local_results(group["input_word_ids"])[0]
     lengths.append(ids.shape[2])
-    losses.append(float(loop(group, tf.constant(0), tf.constant(count))[0]))
+    mean = float(loop(group, tf.constant(0), tf.constant(count))[0])
+    losses += [mean] * count  # the steps' mean loss, one entry per step
     done += count
     if done >= 2 * spe:
       break
@@ -455,3 +456,71 @@ def test_bucketed_groups_give_one_and_two_replicas_the_same_weights(
   assert [p["examples"] for p in passes] == [40, 40]
   assert passes[0]["loss"] == passes[1]["loss"]
   assert eval_loop.experimental_get_tracing_count() == 2
+
+
+def _training(strategy, encoder_path, split, packer, spe, rows):
+  """Trains 2 epochs of `split` (batches of 6 at seq 16) one loop call per
+  group; shared rows in row counts `rows` (the encoder rebuilt, as a run
+  does), else fixed shapes. Returns (losses, weights, loop, row counts
+  seen)."""
+  groups = input_pipeline.train_groups(
+      split, packer, (16,), 6, 2, spe, seed=1, shuffle_buffer=64, rows=rows)
+  with strategy.scope():
+    encoder = hub.load(encoder_path)
+    if rows:
+      encoder = bert.NativeEncoder(encoder)
+    model = model_lib.Classifier(encoder, 2, dropout_rate=0.0, seed=3)
+    opt = optimization.AdamW(model.trainable_variables,
+                             optimization.WarmupLinearDecay(1e-3, 2 * spe, 2))
+  loop = train_step.make_train_loop(strategy,
+                                    train_step.make_train_step(model, opt, 6))
+  losses, shapes, done = [], set(), 0
+  for group in strategy.experimental_distribute_dataset(groups):
+    count = int(train_step.group_count(strategy, group))
+    ids = strategy.experimental_local_results(group["input_word_ids"])[0]
+    shapes.add(ids.shape[0] * strategy.num_replicas_in_sync)
+    mean = float(loop(group, tf.constant(0), tf.constant(count))[0])
+    losses += [mean] * count  # the steps' mean loss, one entry per step
+    done += count
+    if done >= 2 * spe:
+      break
+  return losses, [v.numpy() for v in model.trainable_variables], loop, shapes
+
+
+@pytest.mark.core
+def test_shared_rows_train_the_weights_of_fixed_shapes(tmp_path, demo_paths,
+                                                       no_dropout_encoder,
+                                                       strategies):
+  """Dropout off: 2 epochs in shared rows on 2 replicas (2 rows a batch
+  of 6, or one example a row when 2 do not hold it) give the loss and the
+  final weights of fixed shapes on 1; the train loop is traced once per
+  row count. The eval in rows scores as fixed shapes."""
+  preprocessor = hub.load(demo_paths["preprocessor"])
+  packer = preprocessing.make_packer(preprocessor, 16)
+  testing.varied_csv(tmp_path / "d.csv", 40)
+  split = testing.split(tmp_path / "d.csv")
+  one, two = strategies
+  fixed, w0, _, _ = _training(one, no_dropout_encoder, split, packer, 6, None)
+  losses, weights, loop, shapes = _training(two, no_dropout_encoder, split,
+                                            packer, 6, (2,))
+  assert shapes == {2, 6}  # both shapes trained: the overflow too
+  assert loop.experimental_get_tracing_count() == 2
+  np.testing.assert_allclose(np.sum(losses), np.sum(fixed), atol=1e-4)
+  assert fixed[0] != fixed[-1]
+  for a, b in zip(weights, w0):
+    np.testing.assert_allclose(a, b, atol=1e-5)
+  with two.scope():
+    model = model_lib.Classifier(
+        bert.NativeEncoder(hub.load(no_dropout_encoder)), 2, seed=3)
+  scores = []
+  for rows in (None, (2,)):
+    eval_loop = train_step.make_eval_loop(two,
+                                          train_step.make_eval_step(model, 2),
+                                          2)
+    groups = input_pipeline.eval_groups(split, packer, (16,), 6, 2, rows)
+    scores.append(
+        train_step.evaluate(eval_loop,
+                            two.experimental_distribute_dataset(groups)))
+  assert [s["examples"] for s in scores] == [40, 40]
+  assert scores[0]["confusion"].tolist() == scores[1]["confusion"].tolist()
+  assert abs(scores[0]["loss"] - scores[1]["loss"]) < 1e-6

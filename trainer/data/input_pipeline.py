@@ -12,7 +12,9 @@ shuffle window.
 import tensorflow as tf
 
 from trainer.data import preprocessing
+from trainer.data import row_layout
 from trainer.data import splits
+from trainer.foundation import shared_rows
 
 
 def usable_rows(split, stripes=1):
@@ -192,6 +194,77 @@ def _with_meta(groups, batch, first):
   return groups.scan(tf.cast(first, tf.int64), number)
 
 
+def _row_block(packer, batch, pad_rows):
+  """(texts, labels) of up to `batch` x G consecutive rows -> a block of
+  their whole batches: `input_word_ids`, `input_type_ids` [count, batch,
+  seq_length], `label` and `length` [count, batch] (and with `pad_rows`,
+  eval's, the last batch filled with empty examples of length 0 and a
+  `weight` [count, batch] of 0; else the rows past the last whole batch are
+  dropped, as fixed shapes drop them)."""
+  pack = _pack_batch(packer)
+
+  def fn(texts, labels):
+    features = pack(texts, labels)
+    features["length"] = tf.reduce_sum(features["input_mask"], axis=1)
+    n = tf.shape(labels)[0]
+    count = (n + batch - 1) // batch if pad_rows else n // batch
+    used = count * batch
+    if pad_rows:
+      features["weight"] = tf.ones([n], tf.float32)
+    out = {}
+    for key in ("input_word_ids", "input_type_ids", "label", "length") + (
+        ("weight",) if pad_rows else ()):
+      value = features[key]
+      value = tf.pad(value, [[0, used - n]] + [[0, 0]] *
+                     (len(value.shape) - 1)) if pad_rows else value[:used]
+      out[key] = tf.reshape(
+          value, tf.concat([[count, batch], tf.shape(value)[1:]], 0))
+    return out
+
+  return fn
+
+
+def _row_groups(blocks, ladder, batch, group_size, seq_length, first):
+  """Blocks (`_row_block`) -> groups: each run of consecutive batches that
+  share a row count (`row_layout.shapes`) is one group, in order, its
+  features [rows, group_size, ...] (rows first: a strategy splits them),
+  batch g of the group at [:, g], the group axis filled with zeros past
+  its `count`; `meta` [rows, 2] = (its first batch's stream position, its
+  count). `first(i)` is the stream position of block i's first batch."""
+  slots = shared_rows.slots_per_row(seq_length)
+
+  def runs(index, block):
+    lengths = block["length"]
+    placement = row_layout.first_fit_decreasing(lengths, seq_length, slots)
+    sizes = row_layout.shapes(
+        row_layout.rows_needed(placement[0]), ladder, batch)
+    count = tf.shape(lengths)[0]
+    change = tf.concat([[True], sizes[1:] != sizes[:-1]], 0)
+    starts = tf.cast(tf.where(change)[:, 0], tf.int32)
+    ends = tf.concat([starts[1:], [count]], 0)
+    start_position = tf.cast(first(index), tf.int32)
+
+    def one(start, end):
+      part = {k: v[start:end] for k, v in block.items()}
+      placed = row_layout.layout_run(part,
+                                     tuple(p[start:end] for p in placement),
+                                     sizes[start], slots)
+      group = {}
+      for key, value in placed.items():
+        value = tf.transpose(value, [1, 0, 2])
+        value = tf.pad(value, [[0, 0], [0, group_size - (end - start)], [0, 0]])
+        width = seq_length if key in row_layout.TOKEN_FEATURES else slots
+        group[key] = tf.ensure_shape(value, [None, group_size, width])
+      group["meta"] = tf.tile(
+          tf.stack([start_position + start, end - start])[tf.newaxis],
+          [sizes[start], 1])
+      return group
+
+    return tf.data.Dataset.from_tensor_slices((starts, ends)).map(one)
+
+  return blocks.enumerate().flat_map(runs)
+
+
 def train_groups(split,
                  packer,
                  buckets,
@@ -202,7 +275,8 @@ def train_groups(split,
                  seed=0,
                  shuffle_buffer=100_000,
                  read_stripes=1,
-                 shuffle=SHUFFLE):
+                 shuffle=SHUFFLE,
+                 rows=None):
   """The endless training stream in groups, from batch position `start_step`.
 
   Epoch e is the split's usable rows (a file read at `read_stripes` places
@@ -216,6 +290,11 @@ def train_groups(split,
   pure function of (seed, epoch, position). With one bucket the batches
   before `start_step` are skipped before any tokenization; with several,
   the rows of the epoch up to there are tokenized to find their buckets.
+
+  With `rows` (a ladder of row counts: shared rows, one bucket of
+  --seq_length), each batch is the same `global_batch_size` rows as at
+  fixed shapes, laid out in rows (`row_layout`), and a group is a run of
+  up to `group_size` consecutive batches at one row count (`_row_groups`).
 
   Returns:
     Dataset of groups, dicts of `input_word_ids`, `input_mask`,
@@ -232,18 +311,27 @@ def train_groups(split,
   def epoch(e, skip_groups):
     epoch_seed = tf.bitwise.bitwise_xor(
         tf.cast(seed, tf.int64) * 1_000_003, tf.cast(e, tf.int64))
-    rows = _epoch_order(base, shuffle, shuffle_buffer, epoch_seed)
-    rows = rows.skip(skip_groups * rows_per_group)
-    rows = rows.batch(_PACK_ROWS).map(
+    ordered = _epoch_order(base, shuffle, shuffle_buffer, epoch_seed)
+    ordered = ordered.skip(skip_groups * rows_per_group)
+    first = tf.cast(e, tf.int64) * steps_per_epoch + skip_groups * group_size
+    if rows is not None:
+      blocks = ordered.batch(rows_per_group).map(
+          _row_block(packer, global_batch_size, False),
+          num_parallel_calls=tf.data.AUTOTUNE,
+          deterministic=True).filter(lambda b: tf.size(b["label"]) > 0)
+      return _row_groups(blocks, rows, global_batch_size, group_size,
+                         buckets[-1],
+                         lambda i: first + tf.cast(i, tf.int64) * group_size)
+    ordered = ordered.batch(_PACK_ROWS).map(
         measure, num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True).unbatch()
-    groups = _grouped(rows, buckets, global_batch_size, group_size, False)
-    first = tf.cast(e, tf.int64) * steps_per_epoch + skip_groups * group_size
+    groups = _grouped(ordered, buckets, global_batch_size, group_size, False)
     return _with_meta(groups, global_batch_size, first)
 
   # One bucket: groups of the first epoch before `offset` skipped as raw
   # rows (cheap); several: every group is built, then the ones before the
-  # position are dropped (their rows' buckets need tokenizing).
+  # position are dropped (their rows' buckets need tokenizing). Shared rows
+  # skip whole blocks of `group_size` batches the same way.
   skip = offset // group_size if len(buckets) == 1 else 0
   ds = epoch(start_epoch, skip).concatenate(
       tf.data.Dataset.range(start_epoch + 1,
@@ -253,12 +341,25 @@ def train_groups(split,
   return ds.prefetch(2)
 
 
-def eval_groups(split, packer, buckets, global_batch_size, group_size):
+def eval_groups(split,
+                packer,
+                buckets,
+                global_batch_size,
+                group_size,
+                rows=None):
   """Every usable row of `split` exactly once, in groups as `train_groups`
   (in the order of the split): a bucket's last batch is filled with rows of
   weight 0, and each group carries float32 `weight` [global_batch_size,
   group_size] (1 for real rows, 0 for padding) and `meta`'s count of its
-  batches."""
+  batches. With `rows` (shared rows), batches of the split's consecutive
+  rows in rows, the last one's empty slots of weight 0."""
+  if rows is not None:
+    blocks = usable_rows(split).batch(global_batch_size * group_size).map(
+        _row_block(packer, global_batch_size, True),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True)
+    return _row_groups(blocks, rows, global_batch_size, group_size, buckets[-1],
+                       lambda i: tf.cast(i, tf.int64) * group_size).prefetch(2)
 
   def weighted(texts, labels):
     features = _measured(packer, buckets)(texts, labels)
@@ -315,13 +416,16 @@ def eval_dataset(split, packer, buckets, global_batch_size, group_size=8):
 def check_int_features(element_spec):
   """Raises TypeError unless every feature is int32 (weight and a
   regression label float32) of static batch and group sizes (the length is
-  a bucket's, static per group): the contract that keeps strings and
-  tables off the TPU."""
+  a bucket's, static per group; in shared rows the row count is a shape's,
+  static per group, and the rest is static): the contract that keeps
+  strings and tables off the TPU."""
+  rows = row_layout.is_rows(element_spec)
   for key, spec in element_spec.items():
     want = tf.float32 if key == "weight" else tf.int32
     if key == "label" and spec.dtype == tf.float32:
       want = tf.float32
-    static = spec.shape[:2].is_fully_defined()
+    static = (spec.shape[1:] if rows else spec.shape[:2]).is_fully_defined()
+    sizes = "group size and width" if rows else "batch and group sizes"
     if spec.dtype != want or not static:
       raise TypeError(f"feature {key!r} is {spec}; replicas accept only "
-                      f"{want.name} of static batch and group sizes")
+                      f"{want.name} of static {sizes}")

@@ -265,7 +265,11 @@ class BertEncoder(tf.Module):
 
     Args:
       inputs: dict of int32 `input_word_ids`, `input_mask`, `input_type_ids`,
-        each [batch, seq_length].
+        each [batch, seq_length]; or shared rows (`trainer.data.
+        row_layout`): `input_word_ids`, `input_type_ids`,
+        `input_example_ids`, `input_position_ids` [rows, seq_length] and
+        `input_example_starts` [rows, slots], several examples a row, each
+        attending only to itself.
       training: whether dropout is active.
       compute_dtype: "float32", or "bfloat16" for mixed precision (bfloat16
         matmuls, everything else float32; see `_matmul`). Saved encoders
@@ -274,35 +278,64 @@ class BertEncoder(tf.Module):
         on CPU) instead of Philox; saved encoders use Philox.
 
     Returns:
-      dict with `pooled_output` [batch, hidden], `sequence_output`
+      dict with `pooled_output` [batch, hidden] (shared rows: [rows *
+      slots, hidden], one per slot, row-major), `sequence_output`
       [batch, seq_length, hidden], `encoder_outputs` (one
       [batch, seq_length, hidden] per layer) and `default` (= pooled_output),
       all float32.
     """
     word_ids = inputs["input_word_ids"]
-    mask = tf.cast(inputs["input_mask"], tf.float32)
-    type_ids = inputs["input_type_ids"]
-    length = tf.shape(word_ids)[1]
     x = (
         tf.gather(self.word_embeddings, word_ids) +
-        tf.gather(self.type_embeddings, type_ids) +
-        self.position_embeddings[tf.newaxis, :length, :])
+        tf.gather(self.type_embeddings, inputs["input_type_ids"]) +
+        _positions(self.position_embeddings, inputs))
     x = _dropout(
         self.embeddings_layer_norm(x), self.config.dropout_rate, training,
         self.dropout_rng, hashed_dropout)
-    # Padding positions get a large negative bias before the softmax.
-    attention_bias = (1.0 - mask[:, tf.newaxis, tf.newaxis, :]) * -10000.0
+    attention_bias = _attention_bias(inputs)
     encoder_outputs = []
     for layer in self.layers:
       x = layer(x, attention_bias, training, self.dropout_rng, compute_dtype,
                 hashed_dropout)
       encoder_outputs.append(x)
-    pooled = tf.tanh(self.pooler(x[:, 0, :], compute_dtype))
+    pooled = tf.tanh(self.pooler(_first_tokens(x, inputs), compute_dtype))
     return dict(
         pooled_output=pooled,
         sequence_output=x,
         encoder_outputs=encoder_outputs,
         default=pooled)
+
+
+def _positions(table, inputs):
+  """Position embeddings [1 or rows, seq_length, hidden]: 0, 1, ... along
+  each row, or from each example's start in shared rows."""
+  if "input_example_ids" in inputs:
+    return tf.gather(table, inputs["input_position_ids"])
+  return table[tf.newaxis, :tf.shape(inputs["input_word_ids"])[1], :]
+
+
+def _attention_bias(inputs):
+  """The bias added to attention scores: -10000 where a key is padding
+  ([batch, 1, 1, seq_length]) or, in shared rows, of another example
+  ([rows, 1, seq_length, seq_length]: block-diagonal, so each example
+  attends to exactly the keys it has in a row of its own)."""
+  if "input_example_ids" not in inputs:
+    mask = tf.cast(inputs["input_mask"], tf.float32)
+    return (1.0 - mask[:, tf.newaxis, tf.newaxis, :]) * -10000.0
+  ids = inputs["input_example_ids"]
+  same = tf.logical_and(
+      tf.equal(ids[:, :, tf.newaxis], ids[:, tf.newaxis, :]),
+      ids[:, tf.newaxis, :] > 0)
+  return (1.0 - tf.cast(same, tf.float32))[:, tf.newaxis] * -10000.0
+
+
+def _first_tokens(x, inputs):
+  """What the pooler reads: each row's first token, or in shared rows
+  each slot's [CLS] ([rows * slots, hidden], row-major)."""
+  if "input_example_ids" not in inputs:
+    return x[:, 0, :]
+  first = tf.gather(x, inputs["input_example_starts"], batch_dims=1)
+  return tf.reshape(first, [-1, x.shape[-1]])
 
 
 def save_encoder(encoder, export_dir):
@@ -403,6 +436,20 @@ class NativeEncoder(tf.__internal__.tracking.AutoTrackable):
     self.variables = [own[v.name] for v in loaded.variables]
     self.trainable_variables = [own[v.name] for v in loaded.trainable_variables]
     self.regularization_losses = []
+
+  @classmethod
+  def around(cls, encoder, compute_dtype="float32", hashed_dropout=False):
+    """A `BertEncoder` built elsewhere (a Model Garden encoder rebuilt,
+    `garden.rebuild`) as a NativeEncoder: its variables in its own order
+    (a run that trains it checkpoints them so; `trainer.export` rebuilds
+    it the same way, from config.json's `shared_rows`)."""
+    native = cls.__new__(cls)
+    native.compute_dtype, native.hashed_dropout = compute_dtype, hashed_dropout
+    native.encoder = encoder
+    native.variables = list(encoder.variables)
+    native.trainable_variables = list(encoder.trainable_variables)
+    native.regularization_losses = []
+    return native
 
   def __call__(self, inputs, training=False):
     return self.encoder(

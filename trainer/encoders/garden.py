@@ -5,12 +5,15 @@ TF Hub's BERT encoders were written by Model Garden's exporter: their
 variables carry Model Garden names (`transformer/layer_N/self_attention/
 query/kernel` [hidden, heads, head_size], ...), the table in BUILD_NOTES.md
 ("Variable names"). `model_garden_encoder` copies them into a
-`bert.BertEncoder`, which the Hugging Face export then writes under Hugging
+`bert.BertEncoder`; `rebuild` also finds the activation by comparing
+outputs. Training rebuilds them so (shared rows need this project's
+encoder), and the Hugging Face export writes the result under Hugging
 Face's names.
 """
 
 import re
 
+import numpy as np
 import tensorflow as tf
 
 from trainer.encoders import bert
@@ -131,3 +134,49 @@ def model_garden_encoder(loaded, handle, hidden_act):
         f"{str(e).strip(chr(39))} does not fit a BERT encoder; it is not "
         "supported") from None
   return encoder
+
+
+def _probe_inputs(config, seed=0):
+  """Three rows of 16 random ids, 16, 8 and 3 of them unmasked, types 0
+  then 1 (if there are two)."""
+  length = min(16, config.max_position_embeddings)
+  ids = np.random.default_rng(seed).integers(0, config.vocab_size, (3, length))
+  mask = np.arange(length) < np.array([[length], [length // 2], [3]])
+  types = np.minimum(np.arange(length) >= 2, config.type_vocab_size - 1) * mask
+  return {
+      k: tf.constant(v, tf.int32)
+      for k, v in (("input_word_ids", ids * mask), ("input_mask", mask),
+                   ("input_type_ids", types))
+  }
+
+
+def difference(loaded, encoder, inputs):
+  """Largest |difference| of the pooled and (unpadded) sequence outputs
+  of two encoders."""
+  theirs, ours = loaded(inputs, training=False), encoder(inputs)
+  on = tf.cast(inputs["input_mask"], tf.bool)
+  pooled = tf.abs(theirs["pooled_output"] - ours["pooled_output"])
+  sequence = tf.abs(
+      tf.boolean_mask(theirs["sequence_output"], on) -
+      tf.boolean_mask(ours["sequence_output"], on))
+  return float(tf.maximum(tf.reduce_max(pooled), tf.reduce_max(sequence)))
+
+
+def rebuild(loaded, handle):
+  """The `bert.BertEncoder` equal to a `hub.load`ed Model Garden BERT
+  encoder, its weights copied in, or None for one not named like it: with
+  the tanh GELU (Model Garden's default), else the exact one, whichever
+  reproduces its outputs within 1e-4 (the variables do not say which).
+  Neither (pre-LayerNorm, another activation) is a ConversionError."""
+  best, inputs = float("inf"), None
+  for activation in ("gelu_new", "gelu"):
+    encoder = model_garden_encoder(loaded, handle, activation)
+    if encoder is None:
+      return None
+    inputs = inputs or _probe_inputs(encoder.config)
+    best = min(best, difference(loaded, encoder, inputs))
+    if best <= 1e-4:
+      return encoder
+  raise ConversionError(
+      f"--encoder_handle={handle}: no post-LayerNorm BERT with a GELU "
+      f"feed-forward reproduces its outputs (max difference {best:.2g})")

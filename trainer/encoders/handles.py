@@ -26,6 +26,7 @@ with warnings.catch_warnings():
 from trainer.data import preprocessing
 from trainer.encoders import bert
 from trainer.encoders import demo
+from trainer.encoders import garden
 from trainer.foundation import config as config_lib
 from trainer.foundation import errors
 
@@ -198,19 +199,45 @@ def check_fit(encoder, preprocessor, seq_length, preprocessor_handle):
 
 
 def is_own_encoder(encoder):
-  """Saved by this project: it carries its config and can be rebuilt."""
-  return bert.saved_config(encoder) is not None
+  """Saved by this project (it carries its config and can be rebuilt), or
+  rebuilt already (`bert.NativeEncoder`)."""
+  return (isinstance(encoder, bert.NativeEncoder) or
+          bert.saved_config(encoder) is not None)
+
+
+def rebuilt(loaded, handle):
+  """A `hub.load`ed encoder rebuilt as Python code (`bert.NativeEncoder`,
+  float32; create it where its variables belong: under the strategy's
+  scope), or None for an opaque SavedModel: this project's from its saved
+  config, a Model Garden BERT's (TF Hub's experts/bert, bert_en_uncased_L-*)
+  with its weights copied in (`garden.rebuild`). Shared rows need this:
+  the saved graphs take one example a row.
+
+  Raises:
+    ConversionError: named like a Model Garden BERT, but no BERT of ours
+      reproduces its outputs.
+  """
+  if isinstance(loaded, bert.NativeEncoder):
+    return loaded
+  if bert.saved_config(loaded) is not None:
+    return bert.NativeEncoder(loaded)
+  encoder = garden.rebuild(loaded, handle)
+  return None if encoder is None else bert.NativeEncoder.around(encoder)
 
 
 def prepare_encoder(encoder, route, strategy):
   """The encoder the run trains, per its `precision.Route`.
 
   Rebuilt in Python (`bert.NativeEncoder`) where the SavedModel's fixed
-  float32 graphs cannot serve (XLA, bfloat16, float16); oneDNN's bfloat16
-  rewrite switched on for a foreign encoder on a CPU that runs it, grappler's
-  CUDA float16 rewrite for one on a GPU.
+  float32 graphs cannot serve (XLA, bfloat16, float16; an encoder rebuilt
+  for shared rows already is one, set to compute so); oneDNN's bfloat16
+  rewrite switched on for a foreign encoder on a CPU that runs it,
+  grappler's CUDA float16 rewrite for one on a GPU.
   """
-  if route.rebuild:
+  if isinstance(encoder, bert.NativeEncoder):
+    encoder.compute_dtype = route.compute_dtype
+    encoder.hashed_dropout = route.hashed_dropout
+  elif route.rebuild:
     with strategy.scope():
       encoder = bert.NativeEncoder(
           encoder, route.compute_dtype, hashed_dropout=route.hashed_dropout)

@@ -18,6 +18,7 @@ from absl import logging
 
 from trainer.foundation import buckets
 from trainer.foundation import errors
+from trainer.foundation import shared_rows
 from trainer.foundation import tasks
 
 DEMO = "demo"
@@ -108,6 +109,15 @@ def _same_group(old, new, c):
   del old, new
   try:
     return buckets.parse(c.seq_buckets, c.seq_length) == (c.seq_length,)
+  except errors.ConfigError:
+    return False
+
+
+def _same_rows(old, new, c):
+  """Two --shared_rows spellings of one choice ("AUTO", " 14 , 16 ")."""
+  del c
+  try:
+    return shared_rows.parse(old) == shared_rows.parse(new)
   except errors.ConfigError:
     return False
 
@@ -208,6 +218,17 @@ class Config:
       missing="none",
       same=_same_buckets,
       former=("auto",))
+  shared_rows: str = _flag(
+      "none", "Several examples per row of --seq_length tokens: a step "
+      "trains the same --batch_size examples as fixed shapes, each as if "
+      "in a row of its own, in a few static row counts (each compiled "
+      "once). auto (row counts chosen from the training data's lengths; "
+      "one example a row for an encoder that cannot take shared rows, said "
+      "in the log), ascending row counts per batch (e.g. 14,16; a batch "
+      "that fits none runs one example a row) or none (fixed shapes). "
+      "docs/shared_rows.md.",
+      missing="none",
+      same=_same_rows)
   bucket_group_batches: int = _flag(
       buckets.GROUP_BATCHES,
       "With several --seq_buckets: how many batches "

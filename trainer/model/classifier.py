@@ -64,16 +64,24 @@ class Classifier(tf.Module):
 
     Args:
       inputs: dict of int32 `input_word_ids`, `input_mask`, `input_type_ids`,
-        each [batch, seq_length].
+        each [batch, seq_length]; or shared rows (`trainer.data.row_layout.
+        ROW_INPUTS`: several examples a row, which only this project's
+        encoders take).
       training: enables dropout in the encoder and the head.
       dropout_seed: int32 [2] seed of the head dropout (stateless, so a
         resumed run draws the same masks).
 
     Returns:
-      logits: [batch, num_classes] float32.
+      logits: [batch, num_classes] float32; for shared rows [rows * slots,
+        num_classes], one per slot, row-major (an empty slot's are
+        meaningless: its weight is 0).
     """
     outputs = self.encoder(inputs, training=training)
-    if self.pooling == "mean":
+    if self.pooling == "mean" and "input_example_ids" in inputs:
+      pooled = mean_pool_slots(outputs["sequence_output"],
+                               inputs["input_example_ids"],
+                               inputs["input_example_starts"].shape[1])
+    elif self.pooling == "mean":
       pooled = mean_pool(outputs["sequence_output"], inputs["input_mask"])
     else:
       pooled = outputs["pooled_output"]
@@ -90,6 +98,24 @@ def mean_pool(sequence, mask):
   weights = tf.cast(mask, tf.float32)[:, :, tf.newaxis]
   total = tf.reduce_sum(tf.cast(sequence, tf.float32) * weights, axis=1)
   return total / tf.maximum(tf.reduce_sum(weights, axis=1), 1.0)
+
+
+def mean_pool_slots(sequence, example_ids, slots):
+  """float32 [rows * slots, hidden]: for each slot of shared rows the mean
+  of `sequence` [rows, seq, hidden] over its example's tokens
+  (`example_ids` [rows, seq]: 1 + slot, 0 for padding), row-major; 0 for
+  an empty slot."""
+  rows = tf.shape(example_ids)[0]
+  segment = tf.range(rows)[:, tf.newaxis] * slots + example_ids - 1
+  segment = tf.where(example_ids > 0, segment, rows * slots)  # padding: out
+  hidden = sequence.shape[-1]
+  total = tf.math.unsorted_segment_sum(
+      tf.reshape(tf.cast(sequence, tf.float32), [-1, hidden]),
+      tf.reshape(segment, [-1]), rows * slots + 1)[:-1]
+  count = tf.math.unsorted_segment_sum(
+      tf.ones_like(tf.reshape(segment, [-1]), tf.float32),
+      tf.reshape(segment, [-1]), rows * slots + 1)[:-1]
+  return total / tf.maximum(count, 1.0)[:, tf.newaxis]
 
 
 def _dummy_inputs():

@@ -103,7 +103,8 @@ def serving(c, task, export_dir="", checkpoint=""):
   module = export.serving_module(
       model, preprocessor, c.seq_length, task,
       export.read_saved_buckets(c.model_dir, c.seq_length))
-  return lambda texts: call(module.serve, texts), task.class_names
+  serve = module.serve_rows or module.serve
+  return lambda texts: call(serve, texts), task.class_names
 
 
 def data_split(c, task, split="", input_file=""):

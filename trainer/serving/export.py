@@ -11,6 +11,9 @@ function. The export, <export_base_dir>/<step>/, has the signatures
         probabilities [batch, num_classes] float32, class_ids [batch] int32,
         class_names [batch] tf.string
     preprocess(text) -> input_word_ids / input_mask / input_type_ids int32
+    serve_shared_rows(text) -> as serving_default, several texts a row
+        (only where the encoder is this project's, rebuilt in Python: what
+        `trainer.predict` and `trainer.evaluate` use when it is there)
 
 A sentence-pair model's signatures take `text` and `text_pair` (both
 [batch] tf.string); a regression model's (`--num_classes=1`) returns
@@ -31,6 +34,7 @@ import tensorflow as tf
 
 from trainer.data import input_pipeline
 from trainer.data import preprocessing
+from trainer.data import row_layout
 from trainer.encoders import bert
 from trainer.encoders import handles
 from trainer.foundation import checks
@@ -44,6 +48,9 @@ from trainer.runtime import run_dir
 
 ExportError = errors.ExportError
 
+# The signature that serves as serving_default does with several texts a
+# row (exports whose encoder is this project's); `load_serving` prefers it.
+SHARED_ROWS = "serve_shared_rows"
 _TEXT = tf.TensorSpec([None], tf.string, name="text")
 _PAIR = (_TEXT, tf.TensorSpec([None], tf.string, name="text_pair"))
 
@@ -71,6 +78,13 @@ class ServingModule(tf.Module):
     inputs = _PAIR if pairs else (_TEXT,)
     self.preprocess = tf.function(self._preprocess, input_signature=inputs)
     self.serve = tf.function(self._serve, input_signature=inputs)
+    # Shared rows: the same outputs, several texts a row (`row_layout`),
+    # where the encoder is this project's in Python.
+    self.serve_rows = None
+    if isinstance(model.encoder, bert.NativeEncoder):
+      self._full_pack = preprocessing.make_packer(preprocessor, seq_length)
+      self._seq_length = seq_length
+      self.serve_rows = tf.function(self._serve_rows, input_signature=inputs)
 
   def _texts(self, text, text_pair=None):
     return text if text_pair is None else tf.stack([text, text_pair], axis=1)
@@ -81,6 +95,15 @@ class ServingModule(tf.Module):
   def _serve(self, text, text_pair=None):
     logits = self.model(
         self._pack(self._texts(text, text_pair)), training=False)
+    return self._outputs(logits)
+
+  def _serve_rows(self, text, text_pair=None):
+    rows, where = row_layout.pack_texts(self._full_pack,
+                                        self._texts(text, text_pair),
+                                        self._seq_length)
+    return self._outputs(tf.gather(self.model(rows, training=False), where))
+
+  def _outputs(self, logits):
     if self._regression:
       return dict(scores=logits[:, 0])
     probabilities = tf.nn.softmax(logits, axis=-1)
@@ -169,6 +192,11 @@ def load_classifier(c, checkpoint="", io_device=None):
       pairs=tasks.resolve(c).pairs,
       io_device=io_device,
       demo_cache_dir=c.demo_cache_dir)
+  record = run_dir.read_json(os.path.join(c.model_dir, "config.json")) or {}
+  if record.get("shared_rows") is not None:
+    # The run trained the encoder rebuilt (`inputs.rows_encoder`), whose
+    # checkpoint a Model Garden encoder's loaded graph cannot read.
+    encoder = handles.rebuilt(encoder, c.encoder_handle) or encoder
   model = model_lib.Classifier(encoder, c.num_classes, c.dropout_rate, c.seed,
                                c.pooling)
   problem = checkpoints.misfit(path, model, encoder)
@@ -209,6 +237,8 @@ def write_export(module, export_dir, io_device=None):
       "serving_default": module.serve,
       "preprocess": module.preprocess
   }
+  if module.serve_rows is not None:
+    signatures[SHARED_ROWS] = module.serve_rows
   return run_dir.publish_folder(
       lambda tmp: tf.saved_model.save(
           module, tmp, signatures=signatures, options=_save_options(io_device)),
@@ -216,16 +246,19 @@ def write_export(module, export_dir, io_device=None):
 
 
 def load_serving(export_dir, flag="export_dir"):
-  """(serving_default of the export at `export_dir`, its class count: 1 for
-  a regression); a clear error for a folder that is not one of this
-  project's exports. `pairs(serve)` says whether it takes sentence pairs."""
+  """(serving_default of the export at `export_dir`, or its
+  serve_shared_rows where it has one: the same outputs at less cost; its
+  class count: 1 for a regression); a clear error for a folder that is not
+  one of this project's exports. `pairs(serve)` says whether it takes
+  sentence pairs."""
   if checks.path_kind(flag, export_dir) != "dir":
     raise ExportError(f"--{flag}={export_dir} is not a folder; give an export "
                       "(RUN/export/<step>)")
   if not is_complete(export_dir):
     raise ExportError(f"--{flag}={export_dir} holds no saved_model.pb; give "
                       "an export (RUN/export/<step>)")
-  serve = tf.saved_model.load(export_dir).signatures.get("serving_default")
+  signatures = tf.saved_model.load(export_dir).signatures
+  serve = signatures.get(SHARED_ROWS) or signatures.get("serving_default")
   outputs = getattr(serve, "structured_outputs", {}) if serve else {}
   if "scores" in outputs:
     return serve, 1

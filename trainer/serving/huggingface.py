@@ -96,50 +96,15 @@ def hf_config(config, task, pad_id, classifier_dropout):
       dtype="float32")
 
 
-def _probe_inputs(config, seed=0):
-  """Three rows of 16 random ids, 16, 8 and 3 of them unmasked, types 0
-  then 1 (if there are two)."""
-  length = min(16, config.max_position_embeddings)
-  ids = np.random.default_rng(seed).integers(0, config.vocab_size, (3, length))
-  mask = np.arange(length) < np.array([[length], [length // 2], [3]])
-  types = np.minimum(np.arange(length) >= 2, config.type_vocab_size - 1) * mask
-  return {
-      k: tf.constant(v, tf.int32)
-      for k, v in (("input_word_ids", ids * mask), ("input_mask", mask),
-                   ("input_type_ids", types))
-  }
-
-
-def difference(loaded, encoder, inputs):
-  """Largest |difference| of the pooled and (unpadded) sequence outputs
-  of two encoders."""
-  theirs, ours = loaded(inputs, training=False), encoder(inputs)
-  on = tf.cast(inputs["input_mask"], tf.bool)
-  pooled = tf.abs(theirs["pooled_output"] - ours["pooled_output"])
-  sequence = tf.abs(
-      tf.boolean_mask(theirs["sequence_output"], on) -
-      tf.boolean_mask(ours["sequence_output"], on))
-  return float(tf.maximum(tf.reduce_max(pooled), tf.reduce_max(sequence)))
-
-
 def garden_encoder(loaded, handle):
-  """The `bert.BertEncoder` equal to a Model Garden BERT encoder, or None
-  for one not named like it: with the tanh GELU (Model Garden's default),
-  else the exact one, whichever reproduces its outputs within 1e-4;
-  neither (pre-LayerNorm, another activation) is an ExportError."""
-  best, inputs = float("inf"), None
-  for activation in ("gelu_new", "gelu"):
-    encoder = garden.model_garden_encoder(loaded, handle, activation)
-    if encoder is None:
-      return None
-    inputs = inputs or _probe_inputs(encoder.config)
-    best = min(best, difference(loaded, encoder, inputs))
-    if best <= 1e-4:
-      return encoder
-  raise ExportError(
-      f"--encoder_handle={handle}: no post-LayerNorm BERT with a GELU "
-      f"feed-forward reproduces its outputs (max difference {best:.2g}); its "
-      "activation or layout is not supported by the Hugging Face export")
+  """The `bert.BertEncoder` equal to a Model Garden BERT encoder
+  (`garden.rebuild`), or None for one not named like it; one whose outputs
+  no post-LayerNorm GELU BERT reproduces is an ExportError."""
+  try:
+    return garden.rebuild(loaded, handle)
+  except errors.ConversionError as e:
+    raise ExportError(
+        f"{e}; it is not supported by the Hugging Face export") from None
 
 
 def bert_encoder(loaded, handle):

@@ -36,6 +36,8 @@ class RunFacts:
     route: its `precision.Route` (precision, XLA, the note).
     buckets: its bucket lengths.
     counts: {split: `counts.count` record} of its data.
+    shared_rows: its row counts with shared rows (then the batch size,
+      one example a row, is the last shape), else None.
   """
 
   start_step: int
@@ -44,6 +46,13 @@ class RunFacts:
   route: object
   buckets: tuple
   counts: dict
+  shared_rows: tuple = None
+
+  @property
+  def shapes(self):
+    """What the trainer counts steps by: the bucket lengths, or the row
+    counts a batch ran at."""
+    return self.buckets if self.shared_rows is None else self.shared_rows
 
 
 def prefixed(prefix, metrics):
@@ -61,7 +70,8 @@ def summary(facts, result, metrics, best, *, final_step, steps_per_bucket,
     metrics: the eval of the model it hands over.
     best: its `actions.BestCheckpoint`.
     final_step: the last step trained.
-    steps_per_bucket: {bucket length: steps} over the whole run.
+    steps_per_bucket: {bucket length, or with shared rows row count:
+      steps} over the whole run.
     loss_scale: {"loss_scale/<name>": value} (float16's loss scaling).
   """
   counts = facts.counts
@@ -79,10 +89,12 @@ def summary(facts, result, metrics, best, *, final_step, steps_per_bucket,
       replicas=facts.replicas,
       total_steps=facts.total_steps,
       precision=facts.route.precision,
-      buckets=list(facts.buckets),
-      steps_per_bucket={
-          str(k): v for k, v in sorted(steps_per_bucket.items())
-      })
+      buckets=list(facts.buckets))
+  steps = {str(k): v for k, v in sorted(steps_per_bucket.items())}
+  if facts.shared_rows is None:
+    out["steps_per_bucket"] = steps
+  else:
+    out.update(shared_rows=list(facts.shared_rows), steps_per_rows=steps)
   out.update(prefixed("eval_", metrics))
   out.update({k.split("/")[1]: v for k, v in loss_scale.items()})
   out.update(counts_lib.flat_counts(counts))
@@ -141,7 +153,7 @@ def finish(result,
   state.save_unless_saved()
   final_step = state.step
   # Counted in the state: read before the best checkpoint replaces it.
-  steps_per_bucket = state.steps_per_length(facts.buckets)
+  steps_per_bucket = state.steps_per_length(facts.shapes)
   metrics = _handed_over(state, evaluator, evaluations, best)
   written = summary(
       facts,

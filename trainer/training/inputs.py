@@ -1,11 +1,13 @@
-"""A run's data resolved: its splits, their row counts, and its length
-buckets.
+"""A run's data resolved: its splits, their row counts, its length
+buckets or shared rows.
 
 `splits_and_counts` reads the splits the flags name (the demo's text set
 built if needed) and counts their rows once (cached in the run folder);
 `resolve_buckets` turns --seq_buckets into the bucket lengths, `auto`
 chosen from the measured lengths of the training split (also cached);
-`shuffle` is how a resumed run's epochs are shuffled.
+`rows_encoder` and `resolve_rows` decide --shared_rows (whether the
+encoder takes them, which row counts); `shuffle` is how a resumed run's
+epochs are shuffled.
 """
 
 from absl import logging
@@ -14,8 +16,10 @@ from trainer.data import counts as counts_lib
 from trainer.data import input_pipeline
 from trainer.data import splits as splits_lib
 from trainer.encoders import demo
+from trainer.encoders import handles
 from trainer.foundation import buckets as buckets_lib
 from trainer.foundation import errors
+from trainer.foundation import shared_rows
 from trainer.runtime import run_dir
 
 
@@ -69,6 +73,71 @@ def resolve_buckets(c, split, packer, rows_used, out, saved=None):
   logging.info("Length buckets (--seq_buckets=%s): %s", c.seq_buckets,
                buckets_lib.describe(histogram, chosen, c.batch_size))
   return chosen, buckets_lib.counts(histogram, chosen)
+
+
+def rows_encoder(c, encoder, strategy):
+  """(the encoder, whether the run lays its batches in shared rows) for
+  --shared_rows: the encoder rebuilt (`handles.rebuilt`, under the
+  strategy's scope) when rows are asked for and it can take them. `auto`
+  beside --seq_buckets, or with an encoder that cannot take them (an opaque
+  SavedModel), keeps one example a row and says why; an explicit row count
+  list with such an encoder is a ConfigError."""
+  spec = shared_rows.parse(c.shared_rows)
+  if spec == shared_rows.NONE:
+    return encoder, False
+  if buckets_lib.parse(c.seq_buckets, c.seq_length) != (c.seq_length,):
+    logging.info(
+        "Shared rows: off, one example a row (--seq_buckets=%s "
+        "cuts the padding instead)", c.seq_buckets)
+    return encoder, False
+  why = ""
+  try:
+    with strategy.scope():
+      native = handles.rebuilt(encoder, c.encoder_handle)
+  except errors.ConversionError as e:
+    native, why = None, f": {e}"
+  if native is not None:
+    return native, True
+  reason = (f"--encoder_handle={c.encoder_handle} is a SavedModel this "
+            "trainer cannot rebuild (neither its own encoder nor a Model "
+            f"Garden BERT), whose graph takes one example a row{why}")
+  if spec != shared_rows.AUTO:
+    raise errors.ConfigError(
+        f"--shared_rows={c.shared_rows} cannot apply: {reason}; use "
+        "--shared_rows=none (or auto, which falls back by itself)")
+  logging.info("Shared rows: off, one example a row (%s)", reason)
+  return encoder, False
+
+
+def resolve_rows(c, split, packer, out, saved, multiple):
+  """The row counts of a run that shares rows (`shared_rows`): as the run
+  recorded them (config.json `shared_rows`, fitted to this replica count),
+  the list given, or auto's choice from the training split's measured
+  lengths; None when auto finds nothing to save (one example a row)."""
+  spec = shared_rows.parse(c.shared_rows)
+  recorded = (saved or {}).get("shared_rows")
+  if recorded is not None:
+    ladder = shared_rows.fit_to(recorded, multiple, c.batch_size)
+    if ladder != tuple(recorded):
+      logging.info(
+          "Shared rows: the run's row counts %s do not split over %d "
+          "replicas x accumulation steps; %s instead (the layout only: "
+          "each step trains the same examples)", recorded, multiple, ladder)
+    return ladder or None
+  if spec != shared_rows.AUTO:
+    shared_rows.check_ladder(spec, c.batch_size, multiple)
+    return spec
+  histogram = length_histogram(c, split, packer, out)
+  ladder = shared_rows.choose(histogram, c.batch_size, multiple)
+  if not ladder:
+    logging.info(
+        "Shared rows (--shared_rows=auto): off, one example a row (the "
+        "training texts are long enough that rows would save under %.0f%% "
+        "of the tokens)", 100 * shared_rows.MIN_SAVING)
+    return None
+  logging.info("Shared rows (--shared_rows=auto): %s",
+               shared_rows.describe(histogram, ladder, c.batch_size))
+  return ladder
 
 
 def shuffle(saved, model_dir):

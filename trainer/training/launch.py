@@ -24,6 +24,7 @@ from trainer.foundation import buckets as buckets_lib
 from trainer.foundation import checks
 from trainer.foundation import config as config_lib
 from trainer.foundation import errors
+from trainer.foundation import shared_rows
 from trainer.foundation import tasks
 from trainer.model import checkpoints
 from trainer.model import optimization
@@ -165,7 +166,9 @@ def prepare(strategy, encoder, *, precision, jit_compile, encoder_handle):
 
 def load_model(c, task, strategy):
   """The handles, checked against each other and the flags, the encoder
-  prepared for its route; returns (preprocessor, encoder, route)."""
+  rebuilt for shared rows if they apply (`inputs.rows_encoder`) and
+  prepared for its route; returns (preprocessor, encoder, route, whether
+  batches go in shared rows)."""
   preprocessor, encoder = handles.load_checked(
       c.encoder_handle,
       c.preprocessor_handle,
@@ -174,6 +177,7 @@ def load_model(c, task, strategy):
       pairs=task.pairs,
       io_device=distribute.io_device(strategy),
       demo_cache_dir=c.demo_cache_dir)
+  encoder, rows = inputs.rows_encoder(c, encoder, strategy)
   encoder, route = prepare(
       strategy,
       encoder,
@@ -181,7 +185,7 @@ def load_model(c, task, strategy):
       jit_compile=c.jit_compile,
       encoder_handle=c.encoder_handle)
   logging.info("%s", route.note)
-  return preprocessor, encoder, route
+  return preprocessor, encoder, route, rows
 
 
 def _plan(c, train_examples, steps_per_epoch):
@@ -219,7 +223,7 @@ def _state(c, strategy, encoder, plan, out, route):
 
 
 def _write_config(run, plan, strategy, route, layer_rates, data):
-  counts, buckets, group, shuffle = data
+  counts, buckets, group, shuffle, ladder = data
   run_dir.write_json(
       run.out.config_json,
       dict(
@@ -227,6 +231,9 @@ def _write_config(run, plan, strategy, route, layer_rates, data):
           task=run.task.to_json(),
           data=counts_lib.fingerprint(counts),
           buckets=list(buckets),
+          # None: one example a row (the encoder as loaded); a list (maybe
+          # empty): the encoder rebuilt, batches in these row counts.
+          shared_rows=None if ladder is None else list(ladder),
           # With one bucket the group does not order anything.
           train_group_batches=group if len(buckets) > 1 else None,
           shuffle=shuffle,
@@ -278,8 +285,8 @@ def _resumed(c, shared):
 def _trainer(c, strategy, state, route, data, plan, run):
   """The trainer object: the compiled train loop over the run's data (with
   NaNs injected where a drill asks, and the profiler around its window);
-  `data` is (splits, packer, buckets, group, shuffle)."""
-  splits, packer, buckets, group, shuffle = data
+  `data` is (splits, packer, buckets, group, shuffle, row counts)."""
+  splits, packer, buckets, group, shuffle, ladder = data
 
   def dataset(position):
     ds = input_pipeline.train_groups(
@@ -293,7 +300,8 @@ def _trainer(c, strategy, state, route, data, plan, run):
         seed=c.seed,
         shuffle_buffer=c.shuffle_buffer,
         read_stripes=c.read_stripes,
-        shuffle=shuffle)
+        shuffle=shuffle,
+        rows=ladder or None)
     input_pipeline.check_int_features(ds.element_spec)
     return iter(strategy.experimental_distribute_dataset(ds))
 
@@ -312,7 +320,9 @@ def _trainer(c, strategy, state, route, data, plan, run):
           accumulation_steps=c.grad_accumulation_steps,
           loss_scale=state.loss_scale))
   trainer = faults.wrap(
-      trainer_lib.Trainer(state, loop, dataset, meta, c.batch_size, buckets))
+      trainer_lib.Trainer(
+          state, loop, dataset, meta, c.batch_size,
+          *trainer_lib.shapes(buckets, ladder, c.batch_size, strategy)))
   if plan.profile and run.chief:  # a worker's trace would be its own host's
     trainer = trainer_lib.Profiled(trainer, plan.profile,
                                    run.out.summary_writer_dir("train"))
@@ -320,13 +330,15 @@ def _trainer(c, strategy, state, route, data, plan, run):
 
 
 def _evaluator(c, strategy, state, task, data):
-  splits, packer, buckets = data[:3]
+  splits, packer, buckets, ladder = data[:3] + data[-1:]
   eval_batch = c.eval_batch_size or c.batch_size
+  rows = ladder and shared_rows.for_batch(ladder, c.batch_size, eval_batch,
+                                          strategy.num_replicas_in_sync)
 
   def dataset(split):
     return lambda: strategy.experimental_distribute_dataset(
         input_pipeline.eval_groups(split, packer, buckets, eval_batch, c.
-                                   steps_per_loop))
+                                   steps_per_loop, rows or None))
 
   return trainer_lib.Evaluator(
       train_step.make_eval_loop(
@@ -374,17 +386,23 @@ def _build(run, strategy, signals):
   """The rest of `setup`, once the run's folder is this process's."""
   saved, run.config, shuffle = _resumed(run.config, run.shared)
   c, task = run.config, run.task
-  preprocessor, encoder, route = load_model(c, task, strategy)
+  preprocessor, encoder, route, rows = load_model(c, task, strategy)
   splits, counts = inputs.splits_and_counts(c, task, run.out)
   counts_lib.check_same_data((saved or {}).get("data"), counts, c.model_dir)
   packer = preprocessing.make_packer(preprocessor, c.seq_length)
   buckets, in_buckets = inputs.resolve_buckets(c, splits["train"], packer,
                                                counts["train"]["rows_used"],
                                                run.out, saved)
+  ladder = inputs.resolve_rows(
+      c, splits["train"], packer, run.out, saved,
+      strategy.num_replicas_in_sync *
+      c.grad_accumulation_steps) if rows else None
   # The order of a bucketed epoch depends on the group: a resume keeps the
   # run's --bucket_group_batches (`_resumed`), whatever --steps_per_loop is.
   group = buckets_lib.group_size(c.steps_per_loop, buckets,
                                  c.bucket_group_batches)
+  if ladder:
+    group = shared_rows.group_size(c.steps_per_loop)
   plan = _plan(c, counts["train"]["rows_used"],
                buckets_lib.steps_per_epoch(in_buckets, c.batch_size))
   logging.info(
@@ -394,9 +412,10 @@ def _build(run, strategy, signals):
   state = _state(c, strategy, encoder, plan, run.out, route)
   state.resume(run.shared.checkpoints, run.chief)
   _log_layer_rates(state.layer_rates)
-  data = (splits, packer, buckets, group, shuffle)
+  ladder = ladder if ladder or not rows else ()
+  data = (splits, packer, buckets, group, shuffle, ladder)
   _write_config(run, plan, strategy, route, state.layer_rates,
-                (counts, buckets, group, shuffle))
+                (counts, buckets, group, shuffle, ladder))
   evaluator = _evaluator(c, strategy, state, task, data)
   train_actions, evaluations, best, stop, closing = _actions(
       c, task, run, plan, state, evaluator, signals)
@@ -422,7 +441,8 @@ def _build(run, strategy, signals):
           replicas=strategy.num_replicas_in_sync,
           route=route,
           buckets=tuple(buckets),
-          counts=counts),
+          counts=counts,
+          shared_rows=ladder + (c.batch_size,) if ladder else None),
       preprocessor=preprocessor,
       exporter=exporter)
 

@@ -12,12 +12,29 @@ import numpy as np
 import tensorflow as tf
 
 from trainer.data import preprocessing
+from trainer.data import row_layout
 from trainer.evaluation import metrics
 
 
 def encoder_inputs(batch):
-  """The three encoder inputs of a batch (a TF Hub encoder rejects extras)."""
-  return {k: batch[k] for k in preprocessing.ENCODER_INPUTS}
+  """The encoder inputs of a batch: the three of TF Hub's interface (a TF
+  Hub encoder rejects extras), or those of shared rows
+  (`row_layout.ROW_INPUTS`)."""
+  keys = (
+      row_layout.ROW_INPUTS
+      if row_layout.is_rows(batch) else preprocessing.ENCODER_INPUTS)
+  return {k: batch[k] for k in keys}
+
+
+def examples(batch):
+  """(label, weight) of a batch's examples, as the logits come: [batch]
+  each, or for shared rows one per slot [rows * slots], an empty slot's
+  weight 0. `weight` is None for a training batch at fixed shapes (every
+  example real)."""
+  weight = batch.get("weight")
+  if not row_layout.is_rows(batch):
+    return batch["label"], weight
+  return tf.reshape(batch["label"], [-1]), tf.reshape(weight, [-1])
 
 
 def _per_example_loss(logits, labels):
@@ -61,7 +78,10 @@ def make_train_step(model,
       no scaling left to blame: a non-finite gradient there is reported.
 
   Batch: dict with int32 `input_word_ids`, `input_mask`, `input_type_ids`
-  [per_replica_batch, seq_length] and `label` [per_replica_batch].
+  [per_replica_batch, seq_length] and `label` [per_replica_batch]; or this
+  replica's shared rows (`row_layout`: the `ROW_INPUTS`, and `label` and
+  `weight` [rows, slots]), whose examples count by their weight, so the
+  loss is the same sum over the same examples divided by the global batch.
   """
   variables = model.trainable_variables
   k = accumulation_steps
@@ -94,9 +114,12 @@ def _forward_backward(model, variables, global_batch_size, loss_scale,
     with tf.GradientTape() as tape:
       logits = model(
           encoder_inputs(batch), training=True, dropout_seed=dropout_seed)
+      label, weight = examples(batch)
+      per_example = _per_example_loss(logits, label)
+      if weight is not None:  # shared rows: empty slots count 0
+        per_example *= weight
       loss = tf.nn.compute_average_loss(
-          _per_example_loss(logits, batch["label"]),
-          global_batch_size=global_batch_size)
+          per_example, global_batch_size=global_batch_size)
       scaled = loss
       if loss_scale is not None:
         scale = loss_scale.scale.read_value()
@@ -193,7 +216,7 @@ def make_eval_step(model, num_classes):
 
   def step(batch):
     logits = model(encoder_inputs(batch), training=False)
-    weight, label = batch["weight"], batch["label"]
+    label, weight = examples(batch)
     loss = _per_example_loss(logits, label)
     if num_classes == 1:
       return dict(

@@ -44,14 +44,25 @@ class Trainer:
     meta: a distributed group -> (its first batch's position, its count of
       batches), Python ints.
     batch_size: the global batch size (examples per step).
-    buckets: the run's bucket lengths (the steps trained in each are counted
-      in the state, so they add up across a resume).
+    buckets: the shapes the run's steps are counted by (in the state, so
+      they add up across a resume): its bucket lengths, or its row counts
+      with shared rows.
+    shape_of: a distributed group -> its entry of `buckets`, from its
+      static shape (`shapes`).
   """
 
-  def __init__(self, state, train_loop, dataset, meta, batch_size, buckets):
+  def __init__(self,
+               state,
+               train_loop,
+               dataset,
+               meta,
+               batch_size,
+               buckets,
+               shape_of=None):
     self.state = state
     self.train_loop, self._dataset, self._meta = train_loop, dataset, meta
     self.batch_size, self.buckets = batch_size, tuple(buckets)
+    self._shape_of = shape_of or _length_of
     self._groups = self._group = None
     self._used = self._count = self._length = 0
 
@@ -69,7 +80,7 @@ class Trainer:
       self._group = next(self._groups)
       first, self._count = self._meta(self._group)
       self._used = self.state.data_position - first
-      self._length = _length_of(self._group)
+      self._length = self._shape_of(self._group)
     steps = min(remaining, self._count - self._used)
     return self._group, self._used, steps
 
@@ -131,6 +142,23 @@ def _length_of(group):
   ids = group["input_word_ids"]
   values = getattr(ids, "values", (ids,))
   return int(values[0].shape[-1])
+
+
+def shapes(buckets, ladder, batch_size, strategy):
+  """(the shapes a run's steps are counted by, a distributed group -> its
+  shape): the bucket lengths by their static length; with shared rows
+  (`ladder`, its row counts) the row count of a batch, one replica's rows
+  times the replicas, the batch size (one example a row) last."""
+  if not ladder:
+    return tuple(buckets), _length_of
+  replicas = strategy.num_replicas_in_sync
+
+  def rows_of(group):
+    ids = group["input_word_ids"]
+    values = getattr(ids, "values", (ids,))
+    return int(values[0].shape[0]) * replicas
+
+  return tuple(ladder) + (batch_size,), rows_of
 
 
 class Profiled:

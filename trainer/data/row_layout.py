@@ -1,0 +1,190 @@
+"""Shared rows in the graph: a batch of examples laid out in rows of
+--seq_length tokens, several examples a row (`trainer.foundation.
+shared_rows` says why, and holds the NumPy reference of the bin packing).
+
+Host side, in tf.data (training, eval) and in the export's `shared_rows`
+signature: `first_fit_decreasing` places each example, `to_rows` scatters
+the examples' tokens into the rows. What the encoder receives per row:
+
+    input_word_ids, input_type_ids      [rows, seq_length] int32, as packed
+    input_example_ids                   [rows, seq_length] int32: 1 + the
+                                        token's example's slot in the row,
+                                        0 for padding (attention stays
+                                        within one example)
+    input_position_ids                  [rows, seq_length] int32: from 0 at
+                                        each example's [CLS]
+    input_example_starts                [rows, slots] int32: where each
+                                        slot's example starts ([CLS])
+
+and per slot `label` and `weight` [rows, slots] (weight 1 for an example,
+0 for an empty slot), so a step's loss and metrics sum over the real
+examples only. Every tensor has rows as its first axis: a strategy splits
+them over replicas, each replica getting whole rows, hence whole examples.
+"""
+
+import tensorflow as tf
+
+from trainer.foundation import shared_rows
+
+# The encoder inputs of a row layout (`input_mask` is implied by
+# input_example_ids > 0); per-slot tensors are [rows, slots].
+ROW_INPUTS = ("input_word_ids", "input_type_ids", "input_example_ids",
+              "input_position_ids", "input_example_starts")
+TOKEN_FEATURES = ("input_word_ids", "input_type_ids", "input_example_ids",
+                  "input_position_ids")
+SLOT_FEATURES = ("input_example_starts", "label", "weight")
+
+
+def is_rows(features):
+  """Whether `features` are in the row layout (else one example a row)."""
+  return "input_example_ids" in features
+
+
+def first_fit_decreasing(lengths, row_length, slots):
+  """`shared_rows.first_fit_decreasing` in the graph, for [batches, batch]
+  int32 `lengths` at once (one loop over the batch's examples, each step
+  vectorized over the batches): (row, slot, offset) int32 [batches, batch];
+  -1, 0, 0 for an example of length 0."""
+  lengths = tf.cast(lengths, tf.int32)
+  size = tf.shape(lengths)[1]
+  order = tf.argsort(-lengths, axis=1, stable=True)
+  zeros = tf.zeros_like(lengths)
+
+  def body(i, room, used, row, slot, offset):
+    k = order[:, i]
+    n = tf.gather(lengths, k[:, None], batch_dims=1)[:, 0]
+    fits = tf.logical_and(room >= n[:, None], used < slots)
+    j = tf.argmax(tf.cast(fits, tf.int32), axis=1, output_type=tf.int32)
+    real = n > 0
+    at_k = tf.cast(tf.one_hot(k, size), tf.bool)
+    at_j = tf.one_hot(j, size, dtype=tf.int32)
+    here = lambda t: tf.gather(t, j[:, None], batch_dims=1)[:, 0]
+    put = lambda old, new: tf.where(at_k, new[:, None], old)
+    row = put(row, tf.where(real, j, -1))
+    slot = put(slot, tf.where(real, here(used), 0))
+    offset = put(offset, tf.where(real, row_length - here(room), 0))
+    room -= at_j * tf.where(real, n, 0)[:, None]
+    used += at_j * tf.cast(real, tf.int32)[:, None]
+    return i + 1, room, used, row, slot, offset
+
+  _, _, _, row, slot, offset = tf.while_loop(
+      lambda i, *_: i < size, body,
+      (tf.constant(0), zeros + row_length, zeros, zeros - 1, zeros, zeros))
+  return row, slot, offset
+
+
+def rows_needed(row):
+  """int32 [batches]: rows a placement (`first_fit_decreasing`'s `row`)
+  fills."""
+  return tf.reduce_max(row, axis=1) + 1
+
+
+def shapes(needed, ladder, batch_size):
+  """int32 [batches]: the row count each batch runs at
+  (`shared_rows.shape_of`): the smallest of `ladder` holding it, else
+  `batch_size`."""
+  edges = tf.concat([
+      tf.constant(ladder, tf.int32, [len(ladder)]),
+      tf.reshape(tf.cast(batch_size, tf.int32), [1])
+  ], 0)
+  return tf.gather(edges, tf.searchsorted(edges, needed, side="left"))
+
+
+def one_a_row(lengths):
+  """The placement of one example a row (the fallback shape, and fixed
+  shapes): example k in row k, slot 0, offset 0 (-1 when empty)."""
+  k = tf.broadcast_to(tf.range(tf.shape(lengths)[1]), tf.shape(lengths))
+  zeros = tf.zeros_like(k)
+  return tf.where(lengths > 0, k, -1), zeros, zeros
+
+
+def to_rows(batches, lengths, placement, num_rows, slots):
+  """Examples -> rows.
+
+  Args:
+    batches: dict of `input_word_ids`, `input_type_ids` int32 [batches,
+      batch, seq_length] (each example packed at --seq_length, [CLS]
+      first), `label` [batches, batch] (int32, or float32 for regression),
+      and optionally `weight` float32 [batches, batch] (else 1).
+    lengths: int32 [batches, batch]: tokens of each example.
+    placement: (row, slot, offset) int32 [batches, batch]
+      (`first_fit_decreasing` or `one_a_row`), every row below `num_rows`.
+    num_rows: rows per batch (a scalar, the same for all the batches).
+    slots: examples a row may hold.
+
+  Returns:
+    dict of the `TOKEN_FEATURES` [batches, num_rows, seq_length] and the
+    `SLOT_FEATURES` [batches, num_rows, slots], as the module docstring
+    says.
+  """
+  row, slot, offset = placement
+  ids = batches["input_word_ids"]
+  count, size, seq_length = tf.unstack(tf.shape(ids))
+  position = tf.range(seq_length)[tf.newaxis, tf.newaxis, :]
+  base = (tf.range(count)[:, None] * num_rows + row)  # [batches, batch]
+  real = (row >= 0)[:, :, None]
+  token_at = base[:, :, None] * seq_length + offset[:, :, None] + position
+  on = tf.logical_and(real, position < lengths[:, :, None])
+  dump = count * num_rows * seq_length  # where the unused positions go
+  token_at = tf.where(on, token_at, dump)[:, :, :, tf.newaxis]
+  cells = tf.stack([dump + 1])
+
+  def tokens(values):
+    flat = tf.scatter_nd(token_at, tf.where(on, values, 0), cells)[:-1]
+    return tf.reshape(flat, [count, num_rows, seq_length])
+
+  slot_at = tf.where(row >= 0, base * slots + slot, count * num_rows * slots)
+  slot_cells = tf.stack([count * num_rows * slots + 1])
+
+  def per_slot(values):
+    flat = tf.scatter_nd(slot_at[:, :, None], values, slot_cells)[:-1]
+    return tf.reshape(flat, [count, num_rows, slots])
+
+  weight = batches.get("weight")
+  if weight is None:
+    weight = tf.ones(tf.shape(lengths), tf.float32)
+  every = tf.broadcast_to(position, tf.shape(ids))
+  return dict(
+      input_word_ids=tokens(ids),
+      input_type_ids=tokens(batches["input_type_ids"]),
+      input_example_ids=tokens(
+          tf.broadcast_to(slot[:, :, None] + 1, tf.shape(ids))),
+      input_position_ids=tokens(every),
+      input_example_starts=per_slot(offset),
+      label=per_slot(batches["label"]),
+      weight=per_slot(tf.where(row >= 0, weight, 0.0)))
+
+
+def layout_run(batches, placement, num_rows, slots):
+  """A run of batches that share a row count in rows (`to_rows`, with
+  `batches`' `length`): as `placement` puts them, or one example a row
+  when `num_rows` is the batch (the fallback shape)."""
+  lengths = batches["length"]
+  placement = tf.cond(num_rows >= tf.shape(lengths)[1],
+                      lambda: one_a_row(lengths), lambda: placement)
+  return to_rows(batches, lengths, placement, num_rows, slots)
+
+
+def lengths_of(features):
+  """int32 [..., batch]: tokens of each packed example (its input_mask)."""
+  return tf.reduce_sum(features["input_mask"], axis=-1)
+
+
+def pack_texts(packer, texts, seq_length):
+  """Serving: texts [batch] (or [batch, 2]) -> (their shared rows, the
+  `ROW_INPUTS` of as many rows as first-fit decreasing fills: a dynamic
+  shape, serving compiles nothing; int32 [batch]: where each text's slot
+  is among the rows' slots, row-major, to read its output back in input
+  order)."""
+  features = packer(texts)
+  lengths = lengths_of(features)[tf.newaxis]
+  slots = shared_rows.slots_per_row(seq_length)
+  placement = first_fit_decreasing(lengths, seq_length, slots)
+  num_rows = tf.maximum(rows_needed(placement[0])[0], 1)
+  batches = {
+      k: features[k][tf.newaxis] for k in ("input_word_ids", "input_type_ids")
+  }
+  batches["label"] = tf.zeros_like(lengths)
+  rows = to_rows(batches, lengths, placement, num_rows, slots)
+  row, slot, _ = placement
+  return {k: rows[k][0] for k in ROW_INPUTS}, row[0] * slots + slot[0]
