@@ -30,7 +30,8 @@ SIZES = {
             max_position_embeddings=512),
 }
 CONTENDERS = ("trainer_best", "trainer_loop1", "trainer_naive", "trainer_bf16",
-              "trainer_bucketed", "trainer_bucketed_bf16", "keras_recipe",
+              "trainer_bucketed", "trainer_bucketed_bf16",
+              "trainer_shared_rows", "trainer_shared_rows_bf16", "keras_recipe",
               "keras_recipe_spe", "keras_hub", "keras_hub_bf16")
 # Raced only when asked for (--contenders): float16 is for GPUs; on a CPU
 # it is emulated, and says nothing about speed.
@@ -40,6 +41,7 @@ PEERS = ("keras_recipe", "keras_recipe_spe", "keras_hub")  # float32 peers
 PRECISION = dict(
     trainer_bf16="bfloat16",
     trainer_bucketed_bf16="bfloat16",
+    trainer_shared_rows_bf16="bfloat16",
     keras_hub_bf16="bfloat16",
     trainer_fp16="float16",
     keras_hub_fp16="float16")
@@ -144,19 +146,21 @@ class TrainerContender(_Contender):
   timed over whole loops of its trainer object (`Trainer.train`).
 
   `seq_buckets`: "none" (every example at --seq_length) or "auto" (length
-  buckets). A bucketed contender traces each bucket's loop before timing
+  buckets); `shared_rows`: "none" or "auto" (several examples a row). A
+  bucketed or shared-rows contender traces each shape's loop before timing
   (`warm_up`), and its timed chunks together cover a contiguous
-  `--epoch_fraction` of an epoch's steps: its steps cost what their bucket
-  costs, and any long stretch of an epoch holds each bucket in its share
+  `--epoch_fraction` of an epoch's steps: its steps cost what their shape
+  costs, and any long stretch of an epoch holds each shape in its share
   (a bucket's groups leave as its rows fill them, evenly over a shuffled
-  epoch)."""
+  epoch; a batch's row count is a draw of its own)."""
 
   def __init__(self,
                args,
                paths,
                steps_per_loop,
                jit_compile,
-               seq_buckets="none"):
+               seq_buckets="none",
+               shared_rows="none"):
     # pylint: disable-next=g-import-not-at-top
     from trainer.foundation import config as config_lib
     # pylint: disable-next=g-import-not-at-top
@@ -173,6 +177,7 @@ class TrainerContender(_Contender):
         validation_fraction=0.01,
         seq_length=args.seq_length,
         seq_buckets=seq_buckets,
+        shared_rows=shared_rows,
         batch_size=args.batch_size,
         steps_per_loop=steps_per_loop,
         jit_compile=jit_compile,
@@ -187,14 +192,14 @@ class TrainerContender(_Contender):
     self.steps_per_call = steps_per_loop
     self.tokens = _tokens(self.job)
     self.chunk = None
-    if len(self.job.facts.buckets) > 1:
+    if len(self.job.facts.shapes) > 1:
       steps = int(self.job.plan.steps_per_epoch * args.epoch_fraction)
       loops = -(-steps // args.rounds // steps_per_loop)
       self.chunk = max(1, loops) * steps_per_loop
 
   def warm_up(self):
-    if len(self.job.facts.buckets) > 1:
-      _trace_every_bucket(self.job)
+    if len(self.job.facts.shapes) > 1:
+      _trace_every_shape(self.job)
     self._loops(self.steps_per_call)
 
   def run(self, steps):
@@ -226,39 +231,52 @@ def _train_data(job):
 def _tokens(job):
   """(real, padded) tokens per training example of `job`: the mean packed
   length of its training rows, and what its shapes pay for (--seq_length,
-  or the buckets' lengths in their shares)."""
+  the buckets' lengths in their shares, or its rows: the expected rows of
+  a batch, `shared_rows.expected_rows`, times --seq_length)."""
   from trainer.foundation import buckets as buckets_lib  # noqa: E501  pylint: disable=g-import-not-at-top
+  from trainer.foundation import shared_rows  # noqa: E501  pylint: disable=g-import-not-at-top
   from trainer.data import input_pipeline  # pylint: disable=g-import-not-at-top
   split, packer = _train_data(job)
-  seq_length = job.run.config.seq_length
-  histogram = input_pipeline.length_histogram(split, packer, seq_length)
+  c = job.run.config
+  histogram = input_pipeline.length_histogram(split, packer, c.seq_length)
   rows = max(int(histogram.sum()), 1)
-  real = float((histogram * range(seq_length + 1)).sum()) / rows
+  real = float((histogram * range(c.seq_length + 1)).sum()) / rows
   padded = buckets_lib.padded_tokens(histogram, job.facts.buckets) / rows
+  if job.facts.shared_rows:
+    needed = shared_rows.simulate(histogram, c.batch_size, c.seq_length)
+    expected = shared_rows.expected_rows(needed, job.facts.shared_rows[:-1],
+                                         c.batch_size)
+    padded = expected * c.seq_length / c.batch_size
   return real, padded
 
 
-def _trace_every_bucket(job):
-  """One step of the train loop on a group of each bucket (real rows of
-  the training split), so no trace or compile falls in a timed chunk."""
+def _trace_every_shape(job):
+  """One step of the train loop on a group of each bucket, or of each row
+  count a batch of the first epoch runs at (real rows of the training
+  split), so no trace or compile falls in a timed chunk."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from trainer.foundation import buckets as buckets_lib  # noqa: E501  pylint: disable=g-import-not-at-top
+  from trainer.foundation import shared_rows  # noqa: E501  pylint: disable=g-import-not-at-top
   from trainer.data import input_pipeline  # pylint: disable=g-import-not-at-top
   c, strategy = job.run.config, job.run.strategy
   split, packer = _train_data(job)
+  ladder = job.facts.shared_rows
   groups = input_pipeline.train_groups(
       split,
       packer,
       job.facts.buckets,
       c.batch_size,
-      buckets_lib.group_size(
+      shared_rows.group_size(c.steps_per_loop)
+      if ladder else buckets_lib.group_size(
           c.steps_per_loop, job.facts.buckets, chosen=c.bucket_group_batches),
       job.plan.steps_per_epoch,
-      seed=1)
+      seed=1,
+      rows=ladder[:-1] if ladder else None)
   found = {}
-  for group in groups:
-    found.setdefault(int(group["input_word_ids"].shape[2]), group)
-    if len(found) == len(job.facts.buckets):
+  for i, group in enumerate(groups):
+    shape = group["input_word_ids"].shape[0 if ladder else 2]
+    found.setdefault(int(shape), group)
+    if len(found) == len(job.facts.shapes) or i > job.plan.steps_per_epoch:
       break
   loop = job.trainer.train_loop
   for group in found.values():
@@ -392,6 +410,10 @@ def make_contender(name, args, paths):
     args.precision = PRECISION.get(name, "float32")
     return TrainerContender(args, paths, args.steps_per_loop, args.jit_compile,
                             "auto")
+  if name in ("trainer_shared_rows", "trainer_shared_rows_bf16"):
+    args.precision = PRECISION.get(name, "float32")
+    return TrainerContender(args, paths, args.steps_per_loop, args.jit_compile,
+                            "none", "auto")
   if name == "trainer_loop1":
     return TrainerContender(args, paths, 1, args.jit_compile)
   if name == "trainer_naive":

@@ -83,7 +83,9 @@ def worker(args):
   contender.warm_up()
   real, padded = getattr(contender, "tokens", (None, args.seq_length))
   job = getattr(contender, "job", None)
-  buckets = list(job.facts.buckets) if job else [args.seq_length]
+  # The shapes its steps run at: bucket lengths, or row counts (shared
+  # rows, the batch last).
+  buckets = list(job.facts.shapes) if job else [args.seq_length]
   print(
       json.dumps(
           dict(
@@ -397,15 +399,15 @@ def race_sizes(args, sizes, workdir, results):
     }
     if ours and "trainer_bf16" in rates:
       results["bf16_speedup"][size] = rates["trainer_bf16"] / ours
-    bucketed = rates.get("trainer_bucketed")
-    if bucketed:
-      results["bucketed"][size] = dict(
-          vs_fixed=bucketed / ours if ours else None,
-          vs_best_peer=bucketed / max(peers) if peers else None,
-          bf16_vs_fixed_bf16=(rates["trainer_bucketed_bf16"] /
-                              rates["trainer_bf16"])
-          if "trainer_bucketed_bf16" in rates and "trainer_bf16" in rates else
-          None)
+    for kind in ("bucketed", "shared_rows"):
+      rate = rates.get(f"trainer_{kind}")
+      if rate:
+        bf16 = rates.get(f"trainer_{kind}_bf16")
+        results[kind][size] = dict(
+            vs_fixed=rate / ours if ours else None,
+            vs_best_peer=rate / max(peers) if peers else None,
+            bf16_vs_fixed_bf16=bf16 /
+            rates["trainer_bf16"] if bf16 and "trainer_bf16" in rates else None)
     if "trainer_bf16" in rates and "keras_hub_bf16" in rates:
       results["bf16_vs_keras_hub"][size] = (
           rates["trainer_bf16"] / rates["keras_hub_bf16"])
@@ -483,6 +485,7 @@ def main():
       examples_per_second={},
       contenders={},
       bucketed={},
+      shared_rows={},
       ratio_vs_best_peer={},
       mfu={},
       bf16_speedup={},
@@ -528,12 +531,14 @@ def report(results):
   for size, raced in results["contenders"].items():
     for name, info in raced.items():
       if info["traces"] is not None and len(info["buckets"]) > 1:
-        print(f"{size}: {name} buckets {info['buckets']}, its train loop "
+        what = "row counts" if "shared_rows" in name else "buckets"
+        print(f"{size}: {name} {what} {info['buckets']}, its train loop "
               f"traced {info['traces']} times")
-  for size, b in results["bucketed"].items():
-    parts = [(k, v) for k, v in b.items() if v]
-    print(f"{size}: trainer_bucketed " +
-          ", ".join(f"{k.replace('_', ' ')} {v:.2f}x" for k, v in parts))
+  for kind in ("bucketed", "shared_rows"):
+    for size, b in results[kind].items():
+      parts = [(k, v) for k, v in b.items() if v]
+      print(f"{size}: trainer_{kind} " +
+            ", ".join(f"{k.replace('_', ' ')} {v:.2f}x" for k, v in parts))
   for size, ratio in results["ratio_vs_best_peer"].items():
     print(f"{size}: trainer_best / best float32 peer = {ratio:.2f}x")
   for size, ratio in results["bf16_speedup"].items():

@@ -66,7 +66,7 @@ def test_drill(drills, name):
 # setting: trainer_naive, keras_recipe, keras_hub in float32), to keep the
 # suite's time.
 RACED = ("trainer_best,trainer_loop1,trainer_bf16,trainer_bucketed,"
-         "keras_recipe_spe,keras_hub_bf16")
+         "trainer_shared_rows,keras_recipe_spe,keras_hub_bf16")
 
 
 @pytest.mark.slow
@@ -125,6 +125,17 @@ def test_train_throughput_quick_mode(tmp_path):
   assert fixed["padded_tokens"] == 32
   assert results["bucketed"]["demo"]["vs_fixed"] == pytest.approx(
       rates["trainer_bucketed"] / rates["trainer_best"])
+  # Shared rows: row counts below the batch of 16 (the batch last: one
+  # example a row), each traced once at most; the real tokens of fixed
+  # shapes in fewer computed ones.
+  shared = raced["trainer_shared_rows"]
+  assert shared["buckets"][-1] == 16 and shared["buckets"] == sorted(
+      shared["buckets"])
+  assert 1 <= shared["traces"] <= len(shared["buckets"])
+  assert shared["real_tokens"] == fixed["real_tokens"]
+  assert shared["real_tokens"] <= shared["padded_tokens"] < 32
+  assert results["shared_rows"]["demo"]["vs_fixed"] == pytest.approx(
+      rates["trainer_shared_rows"] / rates["trainer_best"])
 
 
 def test_profile_ops_without_a_trace_is_a_clear_error(tmp_path, capsys):

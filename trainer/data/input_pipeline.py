@@ -194,13 +194,21 @@ def _with_meta(groups, batch, first):
   return groups.scan(tf.cast(first, tf.int64), number)
 
 
-def _row_block(packer, batch, pad_rows):
-  """(texts, labels) of up to `batch` x G consecutive rows -> a block of
-  their whole batches: `input_word_ids`, `input_type_ids` [count, batch,
-  seq_length], `label` and `length` [count, batch] (and with `pad_rows`,
-  eval's, the last batch filled with empty examples of length 0 and a
-  `weight` [count, batch] of 0; else the rows past the last whole batch are
-  dropped, as fixed shapes drop them)."""
+# Shared rows: rows tokenized and laid out per map call, about (whole
+# groups): first-fit decreasing is one loop over a batch's examples for
+# all the call's batches at once, so its cost is per call.
+ROW_BLOCK = 2048
+
+
+def _row_block(packer, batch, pad_rows, ladder, seq_length):
+  """(texts, labels) of up to ROW_BLOCK consecutive rows -> their whole
+  batches in rows (`row_layout.block_layout`), rows first (a strategy
+  splits them), batches second: features [batch (the most rows a batch can
+  need), count, width], of which batch i uses the first `sizes[i]` rows.
+  With `pad_rows` (eval) the last batch is filled with empty examples
+  (length and weight 0); else the rows past the last whole batch are
+  dropped, as fixed shapes drop them. Runs in tf.data's parallel map, so
+  the placement and the layout add no sequential stage."""
   pack = _pack_batch(packer)
 
   def fn(texts, labels):
@@ -219,45 +227,44 @@ def _row_block(packer, batch, pad_rows):
                      (len(value.shape) - 1)) if pad_rows else value[:used]
       out[key] = tf.reshape(
           value, tf.concat([[count, batch], tf.shape(value)[1:]], 0))
-    return out
+    laid, sizes = row_layout.block_layout(out, ladder, seq_length)
+    laid = {k: tf.transpose(v, [1, 0, 2]) for k, v in laid.items()}
+    laid["sizes"] = sizes
+    return laid
 
   return fn
 
 
-def _row_groups(blocks, ladder, batch, group_size, seq_length, first):
-  """Blocks (`_row_block`) -> groups: each run of consecutive batches that
-  share a row count (`row_layout.shapes`) is one group, in order, its
-  features [rows, group_size, ...] (rows first: a strategy splits them),
-  batch g of the group at [:, g], the group axis filled with zeros past
-  its `count`; `meta` [rows, 2] = (its first batch's stream position, its
-  count). `first(i)` is the stream position of block i's first batch."""
+def _row_groups(blocks, group_size, seq_length, first):
+  """Blocks (`_row_block`) -> groups: each run of consecutive batches at
+  one row count, cut every `group_size` batches from the block's start, is
+  one group, in order, its features [rows, group_size, ...] (rows first: a
+  strategy splits them), batch g of the group at [:, g], the group axis
+  filled with zeros past its `count`; `meta` [rows, 2] = (its first
+  batch's stream position, its count). `first(i)` is the stream position
+  of block i's first batch."""
   slots = shared_rows.slots_per_row(seq_length)
 
   def runs(index, block):
-    lengths = block["length"]
-    placement = row_layout.first_fit_decreasing(lengths, seq_length, slots)
-    sizes = row_layout.shapes(
-        row_layout.rows_needed(placement[0]), ladder, batch)
-    count = tf.shape(lengths)[0]
-    change = tf.concat([[True], sizes[1:] != sizes[:-1]], 0)
+    sizes = block["sizes"]
+    count = tf.shape(sizes)[0]
+    change = tf.logical_or(
+        tf.concat([[True], sizes[1:] != sizes[:-1]], 0),
+        tf.range(count) % group_size == 0)
     starts = tf.cast(tf.where(change)[:, 0], tf.int32)
     ends = tf.concat([starts[1:], [count]], 0)
     start_position = tf.cast(first(index), tf.int32)
 
     def one(start, end):
-      part = {k: v[start:end] for k, v in block.items()}
-      placed = row_layout.layout_run(part,
-                                     tuple(p[start:end] for p in placement),
-                                     sizes[start], slots)
-      group = {}
-      for key, value in placed.items():
-        value = tf.transpose(value, [1, 0, 2])
-        value = tf.pad(value, [[0, 0], [0, group_size - (end - start)], [0, 0]])
+      rows, group = sizes[start], {}
+      for key in row_layout.TOKEN_FEATURES + row_layout.SLOT_FEATURES:
+        value = tf.pad(block[key][:rows, start:end],
+                       [[0, 0], [0, group_size - (end - start)], [0, 0]])
         width = seq_length if key in row_layout.TOKEN_FEATURES else slots
         group[key] = tf.ensure_shape(value, [None, group_size, width])
       group["meta"] = tf.tile(
           tf.stack([start_position + start, end - start])[tf.newaxis],
-          [sizes[start], 1])
+          [rows, 1])
       return group
 
     return tf.data.Dataset.from_tensor_slices((starts, ends)).map(one)
@@ -306,22 +313,26 @@ def train_groups(split,
   start_epoch, offset = divmod(start_step, steps_per_epoch)
   base = usable_rows(split, read_stripes)
   measure = _measured(packer, buckets)
-  rows_per_group = global_batch_size * group_size
+  # Batches per block: a group's, or with shared rows enough groups to lay
+  # out about ROW_BLOCK rows at once (`_row_block`).
+  block = group_size
+  if rows is not None:
+    block *= max(1, ROW_BLOCK // (global_batch_size * group_size))
+  rows_per_group = global_batch_size * block
 
   def epoch(e, skip_groups):
     epoch_seed = tf.bitwise.bitwise_xor(
         tf.cast(seed, tf.int64) * 1_000_003, tf.cast(e, tf.int64))
     ordered = _epoch_order(base, shuffle, shuffle_buffer, epoch_seed)
     ordered = ordered.skip(skip_groups * rows_per_group)
-    first = tf.cast(e, tf.int64) * steps_per_epoch + skip_groups * group_size
+    first = tf.cast(e, tf.int64) * steps_per_epoch + skip_groups * block
     if rows is not None:
       blocks = ordered.batch(rows_per_group).map(
-          _row_block(packer, global_batch_size, False),
+          _row_block(packer, global_batch_size, False, rows, buckets[-1]),
           num_parallel_calls=tf.data.AUTOTUNE,
-          deterministic=True).filter(lambda b: tf.size(b["label"]) > 0)
-      return _row_groups(blocks, rows, global_batch_size, group_size,
-                         buckets[-1],
-                         lambda i: first + tf.cast(i, tf.int64) * group_size)
+          deterministic=True).filter(lambda b: tf.size(b["sizes"]) > 0)
+      return _row_groups(blocks, group_size, buckets[-1],
+                         lambda i: first + tf.cast(i, tf.int64) * block)
     ordered = ordered.batch(_PACK_ROWS).map(
         measure, num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True).unbatch()
@@ -331,8 +342,8 @@ def train_groups(split,
   # One bucket: groups of the first epoch before `offset` skipped as raw
   # rows (cheap); several: every group is built, then the ones before the
   # position are dropped (their rows' buckets need tokenizing). Shared rows
-  # skip whole blocks of `group_size` batches the same way.
-  skip = offset // group_size if len(buckets) == 1 else 0
+  # skip whole blocks the same way.
+  skip = offset // block if len(buckets) == 1 else 0
   ds = epoch(start_epoch, skip).concatenate(
       tf.data.Dataset.range(start_epoch + 1,
                             1 << 62).flat_map(lambda e: epoch(e, 0)))
@@ -354,12 +365,13 @@ def eval_groups(split,
   batches. With `rows` (shared rows), batches of the split's consecutive
   rows in rows, the last one's empty slots of weight 0."""
   if rows is not None:
-    blocks = usable_rows(split).batch(global_batch_size * group_size).map(
-        _row_block(packer, global_batch_size, True),
+    block = group_size * max(1, ROW_BLOCK // (global_batch_size * group_size))
+    blocks = usable_rows(split).batch(global_batch_size * block).map(
+        _row_block(packer, global_batch_size, True, rows, buckets[-1]),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True)
-    return _row_groups(blocks, rows, global_batch_size, group_size, buckets[-1],
-                       lambda i: tf.cast(i, tf.int64) * group_size).prefetch(2)
+    return _row_groups(blocks, group_size, buckets[-1],
+                       lambda i: tf.cast(i, tf.int64) * block).prefetch(2)
 
   def weighted(texts, labels):
     features = _measured(packer, buckets)(texts, labels)

@@ -120,39 +120,80 @@ def to_rows(batches, lengths, placement, num_rows, slots):
   row, slot, offset = placement
   ids = batches["input_word_ids"]
   count, size, seq_length = tf.unstack(tf.shape(ids))
-  position = tf.range(seq_length)[tf.newaxis, tf.newaxis, :]
-  base = (tf.range(count)[:, None] * num_rows + row)  # [batches, batch]
-  real = (row >= 0)[:, :, None]
-  token_at = base[:, :, None] * seq_length + offset[:, :, None] + position
-  on = tf.logical_and(real, position < lengths[:, :, None])
-  dump = count * num_rows * seq_length  # where the unused positions go
-  token_at = tf.where(on, token_at, dump)[:, :, :, tf.newaxis]
-  cells = tf.stack([dump + 1])
+  real = row >= 0
+  # Scatters of one value per example (few): an example's global row is
+  # its batch's first row plus its own; the last cell takes the unplaced.
+  global_row = tf.range(count)[:, tf.newaxis] * num_rows + row
 
-  def tokens(values):
-    flat = tf.scatter_nd(token_at, tf.where(on, values, 0), cells)[:-1]
-    return tf.reshape(flat, [count, num_rows, seq_length])
-
-  slot_at = tf.where(row >= 0, base * slots + slot, count * num_rows * slots)
-  slot_cells = tf.stack([count * num_rows * slots + 1])
+  def scatter(index, values, cells):
+    flat = tf.scatter_nd(
+        tf.where(real, index, cells)[:, :, tf.newaxis], values,
+        tf.reshape(cells + 1, [1]))[:-1]
+    return tf.reshape(flat, [count, num_rows, -1])
 
   def per_slot(values):
-    flat = tf.scatter_nd(slot_at[:, :, None], values, slot_cells)[:-1]
-    return tf.reshape(flat, [count, num_rows, slots])
+    return scatter(global_row * slots + slot, values, count * num_rows * slots)
+
+  example = per_slot(tf.broadcast_to(tf.range(1, size + 1), tf.shape(row))) - 1
+  starts = per_slot(tf.where(real, offset, 0))
+  used = tf.reduce_max(per_slot(tf.where(real, offset + lengths, 0)), axis=2)
+  # Per token, by gathers: a row's examples lie end to end from position 0
+  # in slot order (first-fit puts each at its row's end), so the slot of
+  # position p is the count of examples starting at or before it, minus 1.
+  marks = scatter(global_row * seq_length + offset, tf.ones_like(row),
+                  count * num_rows * seq_length)
+  slot_of = tf.maximum(tf.cumsum(marks, axis=2) - 1, 0)
+  position = tf.range(seq_length)[tf.newaxis, tf.newaxis, :]
+  on = position < used[:, :, tf.newaxis]
+  within = position - tf.gather(starts, slot_of, batch_dims=2)
+  from_example = tf.gather(example, slot_of, batch_dims=2)
+  source = (tf.range(count)[:, tf.newaxis, tf.newaxis] * size +
+            tf.maximum(from_example, 0)) * seq_length + within
+
+  def tokens(values):
+    taken = tf.gather(tf.reshape(values, [-1]), tf.where(on, source, 0))
+    return tf.where(on, taken, 0)
 
   weight = batches.get("weight")
   if weight is None:
     weight = tf.ones(tf.shape(lengths), tf.float32)
-  every = tf.broadcast_to(position, tf.shape(ids))
   return dict(
       input_word_ids=tokens(ids),
       input_type_ids=tokens(batches["input_type_ids"]),
-      input_example_ids=tokens(
-          tf.broadcast_to(slot[:, :, None] + 1, tf.shape(ids))),
-      input_position_ids=tokens(every),
-      input_example_starts=per_slot(offset),
+      input_example_ids=tf.where(on, slot_of + 1, 0),
+      input_position_ids=tf.where(on, within, 0),
+      input_example_starts=starts,
       label=per_slot(batches["label"]),
-      weight=per_slot(tf.where(row >= 0, weight, 0.0)))
+      weight=per_slot(tf.where(real, weight, 0.0)))
+
+
+def block_layout(batches, ladder, seq_length):
+  """A block of batches laid out in rows, each at its own row count.
+
+  Args:
+    batches: as `to_rows` takes them, [batches, batch, ...], with `length`
+      [batches, batch].
+    ladder: the run's row counts (ascending, below the batch size).
+    seq_length: tokens per row.
+
+  Returns:
+    (`to_rows`' features [batches, the block's most rows, ...], of which
+    batch i uses its first `sizes[i]` rows; `sizes` int32 [batches], each
+    batch's row count, `shapes`': the smallest of `ladder` that holds its
+    first-fit decreasing placement, else the batch size, one example a
+    row).
+  """
+  lengths = batches["length"]
+  slots = shared_rows.slots_per_row(seq_length)
+  placement = first_fit_decreasing(lengths, seq_length, slots)
+  size = tf.shape(lengths)[1]
+  sizes = shapes(rows_needed(placement[0]), ladder, size)
+  fallback = (sizes >= size)[:, tf.newaxis]
+  placement = tuple(
+      tf.where(fallback, one, packed)
+      for one, packed in zip(one_a_row(lengths), placement))
+  most = tf.reduce_max(tf.concat([sizes, [1]], 0))
+  return to_rows(batches, lengths, placement, most, slots), sizes
 
 
 def layout_run(batches, placement, num_rows, slots):
