@@ -1,7 +1,8 @@
 r"""Kill-and-resume reliability: do killed-and-restarted runs end identical?
 
     python benchmarks/kill_resume.py --trials=20 [--seed=0] [--steps=120] \
-        [--grad_accumulation_steps=K] [--precision=float16]
+        [--grad_accumulation_steps=K] [--precision=float16] \
+        [--shared_rows=auto]
 
 Runs the demo configuration with --deterministic once without interruption,
 then K trials: each starts the same run in a fresh model_dir, SIGKILLs it
@@ -31,7 +32,8 @@ def _command(model_dir,
              steps,
              demo_cache_dir,
              accumulation=1,
-             precision="float32"):
+             precision="float32",
+             shared_rows=""):
   cmd = [
       sys.executable, "-m", "trainer.main", f"--model_dir={model_dir}",
       "--deterministic", f"--train_steps={steps}", "--batch_size=16",
@@ -39,6 +41,8 @@ def _command(model_dir,
       f"--precision={precision}", "--steps_per_loop=4", "--checkpoint_every=4",
       "--eval_every=0", "--export=false", "--keep_checkpoints=2"
   ]
+  if shared_rows:
+    cmd.append(f"--shared_rows={shared_rows}")
   if demo_cache_dir:
     cmd.append(f"--demo_cache_dir={demo_cache_dir}")
   return cmd
@@ -116,6 +120,10 @@ def main():
       "--precision",
       default="float32",
       help="The run's --precision (float16: the loss scale is resumed too).")
+  parser.add_argument(
+      "--shared_rows",
+      default="",
+      help="The run's --shared_rows ('' = the trainer's default).")
   parser.add_argument("--demo_cache_dir", default="")
   parser.add_argument("--work_dir", default="")
   args = parser.parse_args()
@@ -126,7 +134,7 @@ def main():
   started = time.monotonic()
   _run_to_end(
       _command(reference, args.steps, args.demo_cache_dir,
-               args.grad_accumulation_steps, args.precision))
+               args.grad_accumulation_steps, args.precision, args.shared_rows))
   wall = time.monotonic() - started
   want = _final_weights(reference)
   print(f"reference: {args.steps} steps uninterrupted in {wall:.1f}s, "
@@ -137,7 +145,8 @@ def main():
   for trial in range(args.trials):
     model_dir = os.path.join(work, f"trial-{trial}")
     cmd = _command(model_dir, args.steps, args.demo_cache_dir,
-                   args.grad_accumulation_steps, args.precision)
+                   args.grad_accumulation_steps, args.precision,
+                   args.shared_rows)
     events = []
     for _ in range(rng.randint(1, 3)):
       mode = "checkpoint" if rng.random() < args.checkpoint_share else "random"

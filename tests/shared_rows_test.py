@@ -115,8 +115,8 @@ def test_a_batch_in_rows_token_by_token():
   batch = _batch([[101, 5, 102, 0] + zeros, [101, 6, 102, 7] + zeros,
                   [101, 102, 0, 0] + zeros],
                  [[0] * 8, [0, 0, 0, 1] + zeros, [0] * 8], [1, 0, 1])
-  placement = row_layout.first_fit_decreasing(batch["length"], 8, 4)
-  got = row_layout.layout_run(batch, placement, tf.constant(2), 4)
+  got, sizes = row_layout.block_layout(batch, (2,), 8)
+  assert sizes.numpy().tolist() == [2]
   want = dict(
       input_word_ids=[[101, 6, 102, 7, 101, 5, 102, 0],
                       [101, 102, 0, 0, 0, 0, 0, 0]],
@@ -128,7 +128,8 @@ def test_a_batch_in_rows_token_by_token():
       weight=[[1.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]])
   assert {k: v[0].numpy().tolist() for k, v in got.items()} == want
   # The fallback shape (as many rows as examples): one example a row.
-  fallback = row_layout.layout_run(batch, placement, tf.constant(3), 4)
+  fallback, sizes = row_layout.block_layout(batch, (1,), 8)
+  assert sizes.numpy().tolist() == [3]
   assert fallback["input_example_ids"][0].numpy().tolist() == [
       [1, 1, 1, 0] + zeros, [1, 1, 1, 1] + zeros, [1, 1, 0, 0] + zeros
   ]

@@ -17,7 +17,6 @@ from trainer.data import row_layout
 from trainer.data import sources
 from trainer.data import splits as splits_lib
 from trainer.encoders import bert
-from trainer.foundation import shared_rows
 from trainer.foundation import tasks
 
 LONG = "word " * 20_000  # 100,000 characters
@@ -174,14 +173,9 @@ def in_rows(batch, ladder):
   into the smallest of `ladder` that holds it (one example a row when none
   does). Returns the row features of the one batch."""
   seq_length = int(batch["input_word_ids"].shape[1])
-  slots = shared_rows.slots_per_row(seq_length)
   one = {k: v[tf.newaxis] for k, v in batch.items()}
   one["length"] = row_layout.lengths_of(one)
-  placement = row_layout.first_fit_decreasing(one["length"], seq_length, slots)
-  rows = row_layout.shapes(
-      row_layout.rows_needed(placement[0]), ladder,
-      int(batch["label"].shape[0]))[0]
-  laid = row_layout.layout_run(one, placement, rows, slots)
+  laid, _ = row_layout.block_layout(one, ladder, seq_length)
   return {k: v[0] for k, v in laid.items()}
 
 

@@ -151,8 +151,9 @@ def to_rows(batches, lengths, placement, num_rows, slots):
             tf.maximum(from_example, 0)) * seq_length + within
 
   def tokens(values):
-    taken = tf.gather(tf.reshape(values, [-1]), tf.where(on, source, 0))
-    return tf.where(on, taken, 0)
+    # A zero after the values is what padding reads (an empty batch too).
+    flat = tf.concat([tf.reshape(values, [-1]), tf.zeros([1], values.dtype)], 0)
+    return tf.gather(flat, tf.where(on, source, tf.size(values)))
 
   weight = batches.get("weight")
   if weight is None:
@@ -194,16 +195,6 @@ def block_layout(batches, ladder, seq_length):
       for one, packed in zip(one_a_row(lengths), placement))
   most = tf.reduce_max(tf.concat([sizes, [1]], 0))
   return to_rows(batches, lengths, placement, most, slots), sizes
-
-
-def layout_run(batches, placement, num_rows, slots):
-  """A run of batches that share a row count in rows (`to_rows`, with
-  `batches`' `length`): as `placement` puts them, or one example a row
-  when `num_rows` is the batch (the fallback shape)."""
-  lengths = batches["length"]
-  placement = tf.cond(num_rows >= tf.shape(lengths)[1],
-                      lambda: one_a_row(lengths), lambda: placement)
-  return to_rows(batches, lengths, placement, num_rows, slots)
 
 
 def lengths_of(features):
