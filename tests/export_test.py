@@ -271,12 +271,13 @@ def test_the_shared_rows_signature_serves_as_serving_default(
     demo_paths, tmp_path):
   """An export whose encoder is this project's also serves several texts a
   row (`serve_shared_rows`): the outputs of serving_default, in the input's
-  order, for texts (long, empty-looking, none at all) and pairs; it is the
-  signature `load_serving` (predict, evaluate) picks."""
+  order, for texts (long, empty-looking, none at all) and pairs, under
+  either pooling; it is the signature `load_serving` (predict, evaluate)
+  picks."""
   preprocessor = tf.saved_model.load(demo_paths["preprocessor"])
-  model = classifier.Classifier(
-      bert.NativeEncoder(tf.saved_model.load(demo_paths["encoder"])), 2, seed=5)
-  for pairs in (False, True):
+  encoder = bert.NativeEncoder(tf.saved_model.load(demo_paths["encoder"]))
+  for pooling, pairs in (("cls", False), ("cls", True), ("mean", False)):
+    model = classifier.Classifier(encoder, 2, seed=5, pooling=pooling)
     task = tasks.Task(
         source="file",
         num_classes=2,
@@ -284,7 +285,7 @@ def test_the_shared_rows_signature_serves_as_serving_default(
         metrics=("accuracy",),
         text_fields=("a", "b") if pairs else ("text",))
     path = export.write(model, preprocessor, 32, task,
-                        str(tmp_path / f"export{int(pairs)}"))
+                        str(tmp_path / f"export_{pooling}{int(pairs)}"))
     signatures = tf.saved_model.load(path).signatures
     inputs = (
         dict(
@@ -303,6 +304,7 @@ def test_the_shared_rows_signature_serves_as_serving_default(
     serve, classes = export.load_serving(path)
     assert classes == 2 and export.pairs(serve) == pairs
     assert serve.structured_outputs.keys() == one.keys()
-  empty = signatures[export.SHARED_ROWS](
-      text=tf.constant([], tf.string), text_pair=tf.constant([], tf.string))
-  assert empty["probabilities"].shape == (0, 2)
+    empty = signatures[export.SHARED_ROWS](**{
+        k: tf.constant([], tf.string) for k in inputs
+    })
+    assert empty["probabilities"].shape == (0, 2)

@@ -425,6 +425,47 @@ def test_model_garden_encoder_and_tf_hub_preprocessor_parity(garden_run):
   assert {"type": "NFKC"} in steps["normalizer"]["normalizers"]
 
 
+def test_a_shared_rows_run_exports_as_any_other(demo_paths, tmp_path):
+  """A run that trained the Model Garden encoder rebuilt in Python
+  (--shared_rows) exports to Hugging Face as a run that did not: the same
+  ids and logits on the edge texts and the exporter's probes."""
+  folder = tmp_path / "rows"
+  c = tiny_config(
+      folder / "run",
+      demo_paths["root"],
+      encoder_handle=os.path.join(GARDEN, "encoder"),
+      preprocessor_handle=os.path.join(GARDEN, "preprocessor"),
+      train_steps=4,
+      eval_every=0,
+      seq_buckets="none",
+      shared_rows="6,12",
+      export=True)
+  train_lib.run(c)
+  saved = json.load(open(folder / "run" / "config.json"))
+  assert saved["shared_rows"] == [6, 12]
+  hf_dir = export_hf(folder / "run", folder / "hf")
+  texts = list(EDGE_TEXTS) + [t.encode() for t in hf_tokenizer.PROBES]
+  # The export's encoder is the rebuilt Python one (not callable once
+  # saved): compare its serving probabilities.
+  saved = _savedmodel(str(folder / "run"))
+  ids = saved.signatures["preprocess"](text=tf.constant(texts))
+  tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
+  hf_in = tokenizer(
+      _decode(texts),
+      padding="max_length",
+      truncation=True,
+      return_tensors="pt")
+  length = ids["input_word_ids"].shape[1]
+  np.testing.assert_array_equal(ids["input_word_ids"].numpy(),
+                                hf_in["input_ids"].numpy()[:, :length])
+  with torch.no_grad():
+    logits = _hf_model(hf_dir)(**hf_in).logits
+  probabilities = saved.signatures["serving_default"](
+      text=tf.constant(texts))["probabilities"].numpy()
+  np.testing.assert_allclose(
+      probabilities, torch.softmax(logits, -1).numpy(), atol=1e-5)
+
+
 def test_model_garden_names_map_both_ways(garden_run, tmp_path):
   """The fine-tuned Model Garden encoder, exported and read back by
   convert_hf: every weight exactly, under this project's names; the

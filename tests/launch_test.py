@@ -6,7 +6,6 @@ import os
 import pytest
 import tensorflow as tf
 
-from trainer.data import preprocessing
 from trainer.encoders import bert
 from trainer.encoders import demo
 from trainer.foundation import config as config_lib
@@ -30,19 +29,7 @@ def opaque_encoder(tmp_path_factory):
   path = str(tmp_path_factory.mktemp("opaque") / "encoder")
   encoder = bert.BertEncoder(
       bert.BertConfig(vocab_size=len(demo.vocabulary()), **demo.DEMO_BERT))
-  root = tf.__internal__.tracking.AutoTrackable()
-  root.encoder = encoder
-  call = tf.function(encoder.__call__)
-  spec = {
-      k: tf.TensorSpec([None, None], tf.int32)
-      for k in preprocessing.ENCODER_INPUTS
-  }
-  for training in (False, True):
-    call.get_concrete_function(spec, training=training)
-  root.__call__ = call
-  root.variables = list(encoder.variables)
-  root.trainable_variables = list(encoder.trainable_variables)
-  root.regularization_losses = []
+  root, _ = bert.reusable_root(encoder)  # without save_encoder's config
   tf.saved_model.save(root, path)
   return path
 

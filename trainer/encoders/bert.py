@@ -338,13 +338,10 @@ def _first_tokens(x, inputs):
   return tf.reshape(first, [-1, x.shape[-1]])
 
 
-def save_encoder(encoder, export_dir):
-  """Writes `encoder` as a TF Hub style SavedModel (reusable, fine-tunable).
-
-  The saved object is callable with `(inputs, training=...)` and carries the
-  `variables`, `trainable_variables` and `regularization_losses` attributes of
-  the Reusable SavedModel API, so `hub.load` users can fine-tune it.
-  """
+def reusable_root(encoder):
+  """(A trackable root for `encoder` with the Reusable SavedModel API:
+  callable with `(inputs, training=...)`, with `variables`,
+  `trainable_variables` and `regularization_losses`; the inputs' spec)."""
   spec = {
       k: tf.TensorSpec([None, None], tf.int32, name=k)
       for k in preprocessing.ENCODER_INPUTS
@@ -360,6 +357,18 @@ def save_encoder(encoder, export_dir):
   root.variables = list(encoder.variables)
   root.trainable_variables = list(encoder.trainable_variables)
   root.regularization_losses = []
+  return root, spec
+
+
+def save_encoder(encoder, export_dir):
+  """Writes `encoder` as a TF Hub style SavedModel (reusable, fine-tunable).
+
+  The saved object is callable with `(inputs, training=...)` and carries the
+  `variables`, `trainable_variables` and `regularization_losses` attributes of
+  the Reusable SavedModel API, so `hub.load` users can fine-tune it.
+  """
+  root, spec = reusable_root(encoder)
+  call = root.__call__
   # A constant, not a variable: string variables would be mirrored onto the
   # accelerators when the encoder is loaded under a distribution strategy.
   config_json = encoder.config.to_json()

@@ -224,9 +224,10 @@ class Config:
       "in a row of its own, in a few static row counts (each compiled "
       "once). auto (row counts chosen from the training data's lengths; "
       "one example a row for an encoder that cannot take shared rows, said "
-      "in the log), ascending row counts per batch (e.g. 14,16; a batch "
-      "that fits none runs one example a row) or none (fixed shapes). "
-      "docs/shared_rows.md.",
+      "in the log), ascending row counts per batch (e.g. 14,16; multiples "
+      "of the replicas x --grad_accumulation_steps, not beside "
+      "--seq_buckets; a batch that fits none runs one example a row) or "
+      "none (fixed shapes). docs/shared_rows.md.",
       missing="none",
       same=_same_rows)
   bucket_group_batches: int = _flag(

@@ -80,7 +80,7 @@ class Classifier(tf.Module):
     if self.pooling == "mean" and "input_example_ids" in inputs:
       pooled = mean_pool_slots(outputs["sequence_output"],
                                inputs["input_example_ids"],
-                               inputs["input_example_starts"].shape[1])
+                               tf.shape(inputs["input_example_starts"])[1])
     elif self.pooling == "mean":
       pooled = mean_pool(outputs["sequence_output"], inputs["input_mask"])
     else:
@@ -104,7 +104,8 @@ def mean_pool_slots(sequence, example_ids, slots):
   """float32 [rows * slots, hidden]: for each slot of shared rows the mean
   of `sequence` [rows, seq, hidden] over its example's tokens
   (`example_ids` [rows, seq]: 1 + slot, 0 for padding), row-major; 0 for
-  an empty slot."""
+  an empty slot. `slots` may be a scalar tensor (serving lays out texts
+  in as many slots as they need)."""
   rows = tf.shape(example_ids)[0]
   segment = tf.range(rows)[:, tf.newaxis] * slots + example_ids - 1
   segment = tf.where(example_ids > 0, segment, rows * slots)  # padding: out

@@ -111,6 +111,8 @@ def bert_encoder(loaded, handle):
   """The `bert.BertEncoder` equal to the run's loaded encoder: this
   project's (rebuilt from its saved config) or a Model Garden BERT's; an
   ExportError for any other."""
+  if isinstance(loaded, bert.NativeEncoder):  # a shared-rows run's, rebuilt
+    return loaded.encoder
   if bert.saved_config(loaded) is not None:
     return bert.NativeEncoder(loaded).encoder
   encoder = garden_encoder(loaded, handle)

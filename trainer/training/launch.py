@@ -334,11 +334,14 @@ def _evaluator(c, strategy, state, task, data):
   eval_batch = c.eval_batch_size or c.batch_size
   rows = ladder and shared_rows.for_batch(ladder, c.batch_size, eval_batch,
                                           strategy.num_replicas_in_sync)
+  # Shared rows cut a group at each change of row count: groups as
+  # training's, not filled out to --steps_per_loop batches of zeros.
+  group = shared_rows.group_size(c.steps_per_loop) if rows else c.steps_per_loop
 
   def dataset(split):
     return lambda: strategy.experimental_distribute_dataset(
-        input_pipeline.eval_groups(split, packer, buckets, eval_batch, c.
-                                   steps_per_loop, rows or None))
+        input_pipeline.eval_groups(split, packer, buckets, eval_batch, group,
+                                   rows or None))
 
   return trainer_lib.Evaluator(
       train_step.make_eval_loop(
