@@ -390,22 +390,26 @@ def test_demo_regression_parity_on_stsb_pairs(demo_paths, tmp_path):
 GARDEN = os.path.join(ROOT, "tests", "data", "model_garden_bert")
 
 
-@pytest.fixture(scope="module")
-def garden_run(demo_paths, tmp_path_factory):
-  """A 4-step demo run on the Model Garden encoder and TF Hub preprocessor,
-  exported both ways: (model_dir, hf_dir)."""
-  folder = tmp_path_factory.mktemp("garden")
+def _garden_run(folder, demo_root, **overrides):
+  """A 4-step demo run on the Model Garden encoder and TF Hub preprocessor
+  in `folder`, exported both ways: (model_dir, hf_dir)."""
   c = tiny_config(
       folder / "run",
-      demo_paths["root"],
+      demo_root,
       encoder_handle=os.path.join(GARDEN, "encoder"),
       preprocessor_handle=os.path.join(GARDEN, "preprocessor"),
       train_steps=4,
       eval_every=0,
       seq_buckets="none",
-      export=True)
+      export=True,
+      **overrides)
   train_lib.run(c)
   return str(folder / "run"), export_hf(folder / "run", folder / "hf")
+
+
+@pytest.fixture(scope="module")
+def garden_run(demo_paths, tmp_path_factory):
+  return _garden_run(tmp_path_factory.mktemp("garden"), demo_paths["root"])
 
 
 def test_model_garden_encoder_and_tf_hub_preprocessor_parity(garden_run):
@@ -428,26 +432,14 @@ def test_model_garden_encoder_and_tf_hub_preprocessor_parity(garden_run):
 def test_a_shared_rows_run_exports_as_any_other(demo_paths, tmp_path):
   """A run that trained the Model Garden encoder rebuilt in Python
   (--shared_rows) exports to Hugging Face as a run that did not: the same
-  ids and logits on the edge texts and the exporter's probes."""
-  folder = tmp_path / "rows"
-  c = tiny_config(
-      folder / "run",
-      demo_paths["root"],
-      encoder_handle=os.path.join(GARDEN, "encoder"),
-      preprocessor_handle=os.path.join(GARDEN, "preprocessor"),
-      train_steps=4,
-      eval_every=0,
-      seq_buckets="none",
-      shared_rows="6,12",
-      export=True)
-  train_lib.run(c)
-  saved = json.load(open(folder / "run" / "config.json"))
-  assert saved["shared_rows"] == [6, 12]
-  hf_dir = export_hf(folder / "run", folder / "hf")
+  ids and probabilities on the edge texts and the exporter's probes."""
+  run, hf_dir = _garden_run(tmp_path, demo_paths["root"], shared_rows="6,12")
+  assert json.load(open(os.path.join(run,
+                                     "config.json")))["shared_rows"] == [6, 12]
   texts = list(EDGE_TEXTS) + [t.encode() for t in hf_tokenizer.PROBES]
   # The export's encoder is the rebuilt Python one (not callable once
   # saved): compare its serving probabilities.
-  saved = _savedmodel(str(folder / "run"))
+  saved = _savedmodel(run)
   ids = saved.signatures["preprocess"](text=tf.constant(texts))
   tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
   hf_in = tokenizer(
