@@ -118,12 +118,14 @@ def test_train_throughput_quick_mode(tmp_path):
   seq, batch = (results["settings"][k] for k in ("seq_length", "batch_size"))
   bucketed, fixed = raced["trainer_bucketed"], raced["trainer_best"]
   assert bucketed["buckets"][-1] == seq
-  assert bucketed["traces"] == len(bucketed["buckets"])
+  assert 1 <= bucketed["traces"] <= len(bucketed["buckets"])
   assert fixed["traces"] == 1 and fixed["buckets"] == [seq]
   assert bucketed["real_tokens"] == fixed["real_tokens"]
   assert bucketed["real_tokens"] <= bucketed["padded_tokens"] <= seq
   if os.path.exists(SHARED_CSV):  # generated text is of one length
     assert len(bucketed["buckets"]) > 1 and bucketed["padded_tokens"] < seq
+    # Tweets reach every bucket: each loop traced once.
+    assert bucketed["traces"] == len(bucketed["buckets"])
   assert fixed["padded_tokens"] == seq
   assert results["bucketed"]["demo"]["vs_fixed"] == pytest.approx(
       rates["trainer_bucketed"] / rates["trainer_best"])
