@@ -15,6 +15,7 @@ import testing
 from trainer.data import preprocessing
 from trainer.encoders import bert
 from trainer.encoders import demo
+from trainer.encoders import dropout as dropout_lib
 from trainer.encoders import handles
 from trainer.model import classifier
 from trainer.model import optimization
@@ -54,7 +55,7 @@ def _reference_keep(shape, rate, seed):
 def test_hashed_keep_mask_is_the_documented_hash(jit_compile):
   shape, rate, seed = [3, 5, 7], 0.1, 4_000_000_007
   mask = tf.function(
-      lambda s: bert.hashed_keep_mask(tf.constant(shape), rate, s),
+      lambda s: dropout_lib.hashed_keep_mask(tf.constant(shape), rate, s),
       jit_compile=jit_compile)(
           tf.constant(seed, tf.uint32))
   expected = _reference_keep(shape, rate, seed)
@@ -64,9 +65,9 @@ def test_hashed_keep_mask_is_the_documented_hash(jit_compile):
 
 def test_hashed_keep_mask_keeps_the_rate_and_varies_with_the_seed():
   shape, rate = [64, 128, 128], 0.1  # 1,048,576 draws
-  a = bert.hashed_keep_mask(
+  a = dropout_lib.hashed_keep_mask(
       tf.constant(shape), rate, tf.constant(1, tf.uint32)).numpy()
-  b = bert.hashed_keep_mask(
+  b = dropout_lib.hashed_keep_mask(
       tf.constant(shape), rate, tf.constant(2, tf.uint32)).numpy()
   # Binomial standard deviation at n = 2^20, p = 0.1: 0.0003.
   assert abs(a.mean() - 0.9) < 0.0015
@@ -142,6 +143,44 @@ def test_shared_rows_give_each_example_its_own_logits(demo_paths, pooling):
     np.testing.assert_allclose(shared, fixed, atol=1e-5)
 
 
+@pytest.mark.core
+@pytest.mark.xla
+@pytest.mark.parametrize("pooling,jit_compile",
+                         [("cls", False), ("mean", False), ("cls", True)])
+def test_an_example_draws_its_dropout_masks_in_shared_rows(
+    demo_paths, pooling, jit_compile):
+  """Dropout on (the encoder's and the head's): from the same generator
+  state and step seed, each text gets the training logits in shared rows
+  that it gets in a row of its own, to float rounding, single texts and
+  pairs, with XLA too; the masks are drawn (the logits are not
+  inference's) and the next call draws new ones."""
+  preprocessor = hub.load(demo_paths["preprocessor"])
+  native = bert.NativeEncoder(
+      hub.load(demo_paths["encoder"]), hashed_dropout=True)
+  model = classifier.Classifier(native, 3, seed=1, pooling=pooling)
+  state = native.encoder.dropout_rng.state.numpy()
+  seed = tf.constant([7, 11])
+  call = tf.function(
+      lambda x: model(x, training=True, dropout_seed=seed),
+      jit_compile=jit_compile)
+  pairs = tf.stack([tf.constant(SINGLES), tf.constant(SINGLES[::-1])], 1)
+  for texts, ladder in ((tf.constant(SINGLES), (4,)), (pairs, (7,))):
+    batch = preprocessing.make_packer(preprocessor, 32)(texts)
+    batch["label"] = tf.range(texts.shape[0])
+    rows = testing.in_rows(batch, ladder)
+    assert rows["weight"].numpy().sum(axis=1).max() >= 2  # rows are shared
+    native.encoder.dropout_rng.state.assign(state)
+    fixed = call(train_step.encoder_inputs(batch)).numpy()
+    again = call(train_step.encoder_inputs(batch)).numpy()
+    native.encoder.dropout_rng.state.assign(state)
+    shared = call(train_step.encoder_inputs(rows)).numpy()
+    np.testing.assert_allclose(
+        shared[testing.slot_order(rows)], fixed, atol=1e-5)
+    inference = model(train_step.encoder_inputs(batch)).numpy()
+    assert np.abs(fixed - inference).max() > 1e-3
+    assert np.abs(fixed - again).max() > 1e-3
+
+
 GARDEN = os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "data", "model_garden_bert")
 
@@ -177,10 +216,37 @@ TWEETS = SINGLES + [
 ]
 
 
-def test_a_converted_checkpoint_in_shared_rows_trains_as_fixed_shapes(minilm):
+def _three_steps(native, preprocessor, texts, seq_length, ladder, dropout):
+  """The weights after three training steps of `texts` (rotated a step,
+  labels alternating) at fixed shapes and in shared rows of `ladder`
+  (each layout from a copy of `native`, dropout `dropout` in the encoder
+  and the head)."""
+  trained = []
+  for layout in ("fixed", "rows"):
+    model = classifier.Classifier(
+        testing.encoder_copy(native, dropout_rate=dropout),
+        2,
+        dropout_rate=dropout,
+        seed=2)
+    opt = optimization.AdamW(model.trainable_variables,
+                             optimization.WarmupLinearDecay(1e-4, 10, 1))
+    step = tf.function(train_step.make_train_step(model, opt, len(texts)))
+    for i in range(3):
+      batch = preprocessing.make_packer(preprocessor, seq_length)(
+          tf.constant(texts[i:] + texts[:i]))
+      batch["label"] = tf.constant([(i + j) % 2 for j in range(len(texts))])
+      step(batch if layout == "fixed" else testing.in_rows(batch, ladder))
+    trained.append([v.numpy() for v in model.trainable_variables])
+  return trained
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_a_converted_checkpoint_in_shared_rows_trains_as_fixed_shapes(
+    minilm, dropout):
   """all-MiniLM-L6-v2 converted from Hugging Face: in shared rows each
-  tweet gets its logits one a row gives it, and with dropout off three
-  training steps give the weights of three fixed-shape steps."""
+  tweet gets its logits one a row gives it, and three training steps give
+  the weights of three fixed-shape steps, with dropout off and on (an
+  example draws its masks wherever it lies)."""
   preprocessor = hub.load(os.path.join(minilm, "preprocessor"))
   native = bert.NativeEncoder(hub.load(os.path.join(minilm, "encoder")))
   model = classifier.Classifier(native, 2, seed=2)
@@ -188,19 +254,7 @@ def test_a_converted_checkpoint_in_shared_rows_trains_as_fixed_shapes(minilm):
                                           tf.constant(TWEETS), 48, (8,))
   assert rows["input_word_ids"].shape[0] == 8
   np.testing.assert_allclose(shared, fixed, atol=1e-5)
-  trained = []
-  for layout in ("fixed", "rows"):
-    model = classifier.Classifier(
-        testing.without_dropout(native), 2, dropout_rate=0.0, seed=2)
-    opt = optimization.AdamW(model.trainable_variables,
-                             optimization.WarmupLinearDecay(1e-4, 10, 1))
-    step = tf.function(train_step.make_train_step(model, opt, len(TWEETS)))
-    for i in range(3):
-      texts = tf.constant(TWEETS[i:] + TWEETS[:i])
-      batch = preprocessing.make_packer(preprocessor, 48)(texts)
-      batch["label"] = tf.constant([(i + j) % 2 for j in range(len(TWEETS))])
-      step(batch if layout == "fixed" else testing.in_rows(batch, (8,)))
-    trained.append([v.numpy() for v in model.trainable_variables])
+  trained = _three_steps(native, preprocessor, TWEETS, 48, (8,), dropout)
   for a, b in zip(*trained):
     np.testing.assert_allclose(b, a, atol=1e-5)
   start = [
@@ -208,3 +262,17 @@ def test_a_converted_checkpoint_in_shared_rows_trains_as_fixed_shapes(minilm):
       for v in classifier.Classifier(native, 2, seed=2).trainable_variables
   ]
   assert np.abs(trained[0][0] - start[0]).max() > 1e-5  # the steps moved it
+
+
+@pytest.mark.core
+def test_the_demo_encoder_in_shared_rows_trains_as_fixed_shapes(demo_paths):
+  """The demo encoder, dropout on: three steps in shared rows (4 rows for 8
+  texts) give the weights of three fixed-shape steps, which are not the
+  weights of three steps without dropout (the masks were drawn)."""
+  preprocessor = hub.load(demo_paths["preprocessor"])
+  native = bert.NativeEncoder(hub.load(demo_paths["encoder"]))
+  first, second = _three_steps(native, preprocessor, SINGLES, 32, (4,), 0.1)
+  for a, b in zip(first, second):
+    np.testing.assert_allclose(b, a, atol=1e-5)
+  off, _ = _three_steps(native, preprocessor, SINGLES, 32, (4,), 0.0)
+  assert max(np.abs(a - b).max() for a, b in zip(first, off)) > 1e-4

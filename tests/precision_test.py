@@ -82,20 +82,20 @@ _NO_XLA = "could not find registered transfer manager for platform Host"
         # (precision, jit_compile, device, own encoder, CPU flags) ->
         # (jit, rebuild, hashed dropout, oneDNN rewrite, note starts with)
         (("float32", None, "cpu", True, AVX2),
-         (False, False, False, False, "precision: float32")),
+         (False, True, True, False, "precision: float32")),
         (("float32", None, "gpu", True, AVX2),
-         (True, True, True, False, "precision: float32; XLA: the encoder "
-          "rebuilt")),
+         (True, True, True, False, "precision: float32; XLA: the replica "
+          "step compiled once")),
         (("float32", None, "gpu", False, AVX2),
          (False, False, False, False, "precision: float32")),
         (("float32", True, "tpu", False, AVX2),
          (False, False, False, False, "precision: float32")),
         (("bfloat16", None, "cpu", True, AVX2),
-         (False, True, False, False, "precision: bfloat16 matmuls in the "
+         (False, True, True, False, "precision: bfloat16 matmuls in the "
           "encoder (float32 variables, softmax, layer norms, loss and "
           "logits); this CPU has no AVX512_BF16/AMX")),
         (("bfloat16", None, "cpu", True, AMX),
-         (False, True, False, False, "precision: bfloat16 matmuls in the "
+         (False, True, True, False, "precision: bfloat16 matmuls in the "
           "encoder (float32 variables, softmax, layer norms, loss and "
           "logits)")),
         (("bfloat16", None, "tpu", False, AVX2),
@@ -103,7 +103,7 @@ _NO_XLA = "could not find registered transfer manager for platform Host"
         (("bfloat16", False, "cpu", False, AMX),
          (False, False, False, True, "precision: bfloat16 via oneDNN")),
         (("float16", None, "cpu", True, AVX2),
-         (False, True, False, False, "precision: float16 matmuls in the "
+         (False, True, True, False, "precision: float16 matmuls in the "
           "encoder (float32 variables, softmax, layer norms, loss and "
           "logits); dynamic loss scaling (2**15 to start, x2 after 2000 "
           "good steps); float16 on a CPU is emulated")),
@@ -180,12 +180,26 @@ def test_route_refusals_name_the_flag(args, message):
   assert str(info.value).startswith(message), str(info.value)
 
 
-def test_float32_returns_the_loaded_encoder_itself(no_dropout_encoder):
+def test_float32_rebuilds_our_encoder_and_keeps_a_foreign_one(
+    no_dropout_encoder, demo_paths):
+  """In float32 this project's encoder is rebuilt (keyed dropout masks)
+  and computes what its saved graph computes; a foreign one is trained as
+  loaded."""
   loaded = hub.load(no_dropout_encoder)
   encoder, jit, note = _prepare(_config("float32"), _strategy(), loaded)
-  assert encoder is loaded
+  assert isinstance(encoder, bert.NativeEncoder)
+  assert (encoder.compute_dtype, encoder.hashed_dropout) == ("float32", True)
   assert jit is False  # unset --jit_compile on a CPU
   assert note == "precision: float32"
+  inputs = train_step.encoder_inputs(
+      _batch(hub.load(demo_paths["preprocessor"])))
+  np.testing.assert_allclose(
+      encoder(inputs, training=False)["sequence_output"].numpy(),
+      loaded(inputs, training=False)["sequence_output"].numpy(),
+      rtol=0,
+      atol=1e-6)
+  foreign = _ForeignEncoder(hub.load(no_dropout_encoder))
+  assert _prepare(_config("float32"), _strategy(), foreign)[0] is foreign
 
 
 def test_own_encoder_is_rebuilt_with_bfloat16_matmuls(no_dropout_encoder,
@@ -193,7 +207,7 @@ def test_own_encoder_is_rebuilt_with_bfloat16_matmuls(no_dropout_encoder,
   loaded = hub.load(no_dropout_encoder)
   encoder, _, note = _prepare(_config("bfloat16"), _strategy(), loaded)
   assert isinstance(encoder, bert.NativeEncoder)
-  assert not encoder.hashed_dropout
+  assert encoder.hashed_dropout
   assert note.startswith("precision: bfloat16 matmuls in the encoder")
   if not host.has_native_bfloat16(host.cpu_flags()):
     assert "expect it slower than float32" in note
@@ -429,7 +443,7 @@ def test_jit_training_compiles_the_step_once_per_bucket(tmp_path, demo_paths):
       "--checkpoint_every=0", "--export=false", "--jit_compile=true",
       "--profile_steps=5,6", "--seq_buckets=7,32"
   ], tmp_path)
-  assert "XLA: the encoder rebuilt from its saved config" in out.stderr
+  assert "XLA: the replica step compiled once" in out.stderr
   assert "step 8/8" in out.stderr
   with open(f"{tmp_path}/run/summary.json") as f:
     trained = json.load(f)["steps_per_bucket"]

@@ -124,6 +124,7 @@ def test_a_batch_in_rows_token_by_token():
       input_example_ids=[[1, 1, 1, 1, 2, 2, 2, 0], [1, 1, 0, 0, 0, 0, 0, 0]],
       input_position_ids=[[0, 1, 2, 3, 0, 1, 2, 0], [0, 1, 0, 0, 0, 0, 0, 0]],
       input_example_starts=[[0, 4, 0, 0], [0, 0, 0, 0]],
+      input_example_index=[[1, 0, 0, 0], [2, 0, 0, 0]],
       label=[[0, 1, 0, 0], [1, 0, 0, 0]],
       weight=[[1.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]])
   assert {k: v[0].numpy().tolist() for k, v in got.items()} == want

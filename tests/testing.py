@@ -189,11 +189,17 @@ def slot_order(rows):
   return where
 
 
-def without_dropout(native):
-  """A `bert.NativeEncoder` computing as `native` does, with dropout off
-  (its own copy of the weights)."""
-  config = dataclasses.replace(native.encoder.config, dropout_rate=0.0)
+def encoder_copy(native, **changes):
+  """A `bert.NativeEncoder` computing as `native` does (its config with
+  `changes`), on its own copy of the weights and of the dropout generator's
+  state, its masks example-keyed (`hashed_dropout`)."""
+  config = dataclasses.replace(native.encoder.config, **changes)
   copy = bert.BertEncoder(config)
   for mine, theirs in zip(copy.variables, native.encoder.variables):
     mine.assign(theirs)
-  return bert.NativeEncoder.around(copy)
+  return bert.NativeEncoder.around(copy, hashed_dropout=True)
+
+
+def without_dropout(native):
+  """`encoder_copy` with dropout off."""
+  return encoder_copy(native, dropout_rate=0.0)

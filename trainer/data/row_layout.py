@@ -15,6 +15,10 @@ the examples' tokens into the rows. What the encoder receives per row:
                                         each example's [CLS]
     input_example_starts                [rows, slots] int32: where each
                                         slot's example starts ([CLS])
+    input_example_index                 [rows, slots] int32: each slot's
+                                        example's place in the batch (0
+                                        for an empty slot): the key of its
+                                        dropout masks (`dropout.DropoutKeys`)
 
 and per slot `label` and `weight` [rows, slots] (weight 1 for an example,
 0 for an empty slot), so a step's loss and metrics sum over the real
@@ -29,10 +33,12 @@ from trainer.foundation import shared_rows
 # The encoder inputs of a row layout (`input_mask` is implied by
 # input_example_ids > 0); per-slot tensors are [rows, slots].
 ROW_INPUTS = ("input_word_ids", "input_type_ids", "input_example_ids",
-              "input_position_ids", "input_example_starts")
+              "input_position_ids", "input_example_starts",
+              "input_example_index")
 TOKEN_FEATURES = ("input_word_ids", "input_type_ids", "input_example_ids",
                   "input_position_ids")
-SLOT_FEATURES = ("input_example_starts", "label", "weight")
+SLOT_FEATURES = ("input_example_starts", "input_example_index", "label",
+                 "weight")
 
 
 def is_rows(features):
@@ -164,6 +170,7 @@ def to_rows(batches, lengths, placement, num_rows, slots):
       input_example_ids=tf.where(on, slot_of + 1, 0),
       input_position_ids=tf.where(on, within, 0),
       input_example_starts=starts,
+      input_example_index=tf.maximum(example, 0),
       label=per_slot(batches["label"]),
       weight=per_slot(tf.where(real, weight, 0.0)))
 

@@ -20,6 +20,7 @@ import math
 import tensorflow as tf
 
 from trainer.data import preprocessing
+from trainer.encoders import dropout as dropout_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,50 +132,6 @@ class _LayerNorm(tf.Module):
                                       self.eps) * self.gamma + self.beta
 
 
-def _hash32(x):
-  """A 32-bit integer mixer (uint32 -> uint32, a bijection): xor-shifts and
-  odd multiplies whose constants give each input bit an even chance to flip
-  each output bit (C. Wellons' "lowbias32", see BUILD_NOTES.md)."""
-  x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 16))
-  x = x * tf.constant(0x7FEB352D, tf.uint32)
-  x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 15))
-  x = x * tf.constant(0x846CA68B, tf.uint32)
-  return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 16))
-
-
-def hashed_keep_mask(shape, rate, seed):
-  """Dropout's keep mask as a hash of (seed, element index).
-
-  `seed` is one uint32 drawn from the dropout generator per call. Under XLA
-  the whole mask fuses into the op that consumes it (an iota, five integer
-  ops and a compare per element), where a Philox draw per element costs
-  more than the encoder's matmuls on CPU (BUILD_NOTES.md, "XLA on CPU/GPU").
-  """
-  size = tf.reduce_prod(shape)
-  index = tf.bitcast(tf.range(size, dtype=tf.int32), tf.uint32)
-  bits = _hash32(
-      tf.bitwise.bitwise_xor(index * tf.constant(0x9E3779B9, tf.uint32),
-                             _hash32(seed)))
-  keep = bits >= tf.constant(min(round(rate * 2**32), 2**32 - 1), tf.uint32)
-  return tf.reshape(keep, shape)
-
-
-def _dropout(x, rate, training, rng, hashed=False):
-  """Dropout drawing from `rng`, a tf.random.Generator whose state is a
-  variable of the encoder: checkpointed with the weights, so a resumed run
-  draws exactly the masks an uninterrupted one would. `hashed` draws one
-  seed per call and hashes it with the element index (`hashed_keep_mask`)
-  instead of one Philox number per element: for XLA on CPU."""
-  if not training or rate == 0.0:
-    return x
-  if hashed:
-    keep = hashed_keep_mask(
-        tf.shape(x), rate, rng.uniform_full_int([], dtype=tf.uint32))
-  else:
-    keep = rng.uniform(tf.shape(x)) >= rate
-  return tf.where(keep, x / (1.0 - rate), tf.zeros_like(x))
-
-
 class _TransformerLayer(tf.Module):
   """Post-LayerNorm transformer block: attention and GELU feed-forward."""
 
@@ -203,11 +160,23 @@ class _TransformerLayer(tf.Module):
     x = tf.reshape(x, [batch, length, self.num_heads, self.head_size])
     return tf.transpose(x, [0, 2, 1, 3])  # [batch, heads, length, head_size]
 
-  def __call__(self, x, attention_bias, training, rng, compute_dtype,
-               hashed_dropout):
+  def __call__(self,
+               x,
+               attention_bias,
+               training,
+               rng,
+               compute_dtype,
+               hashed_dropout,
+               keys=None):
     cd = compute_dtype
-    drop = lambda t: _dropout(t, self.dropout_rate, training, rng,
-                              hashed_dropout)
+
+    def drop(t, index):
+      return dropout_lib.apply(t, self.dropout_rate, training, rng,
+                               hashed_dropout,
+                               index if keys is not None else None)
+
+    width = x.shape[-1]
+    hidden_keys = lambda: keys.tokens(width)
     # q, k, v and the context stay in the compute dtype from the matmul
     # that makes them to the one that takes them (one cast of x, not three;
     # none there and back); scores, softmax and dropout are float32.
@@ -217,14 +186,14 @@ class _TransformerLayer(tf.Module):
     v = self._heads(self.value(xc, cd, keep=True))
     scores = _matmul(q, k, cd, transpose_b=True) / math.sqrt(self.head_size)
     probs = tf.nn.softmax(scores + attention_bias, axis=-1)
-    probs = drop(probs)
+    probs = drop(probs, lambda: keys.attention(self.num_heads))
     context = tf.transpose(_matmul(probs, v, cd, keep=True), [0, 2, 1, 3])
     context = tf.reshape(context, tf.shape(x))
     context.set_shape(x.shape)
-    attended = drop(self.attention_output(context, cd))
+    attended = drop(self.attention_output(context, cd), hidden_keys)
     x = self.attention_layer_norm(x + attended)
     hidden = self.activation(self.intermediate(x, cd))
-    out = drop(self.output_dense(hidden, cd))
+    out = drop(self.output_dense(hidden, cd), hidden_keys)
     return self.output_layer_norm(x + out)
 
 
@@ -267,15 +236,16 @@ class BertEncoder(tf.Module):
       inputs: dict of int32 `input_word_ids`, `input_mask`, `input_type_ids`,
         each [batch, seq_length]; or shared rows (`trainer.data.
         row_layout`): `input_word_ids`, `input_type_ids`,
-        `input_example_ids`, `input_position_ids` [rows, seq_length] and
-        `input_example_starts` [rows, slots], several examples a row, each
-        attending only to itself.
+        `input_example_ids`, `input_position_ids` [rows, seq_length],
+        `input_example_starts` and `input_example_index` [rows, slots],
+        several examples a row, each attending only to itself.
       training: whether dropout is active.
       compute_dtype: "float32", or "bfloat16" for mixed precision (bfloat16
         matmuls, everything else float32; see `_matmul`). Saved encoders
         are traced in float32; see `NativeEncoder` for bfloat16.
-      hashed_dropout: draw dropout masks with `hashed_keep_mask` (for XLA
-        on CPU) instead of Philox; saved encoders use Philox.
+      hashed_dropout: draw dropout masks keyed by example
+        (`dropout.keep_mask`: the same masks in shared rows as one example
+        a row) instead of Philox (saved encoders use Philox).
 
     Returns:
       dict with `pooled_output` [batch, hidden] (shared rows: [rows *
@@ -289,14 +259,18 @@ class BertEncoder(tf.Module):
         tf.gather(self.word_embeddings, word_ids) +
         tf.gather(self.type_embeddings, inputs["input_type_ids"]) +
         _positions(self.position_embeddings, inputs))
-    x = _dropout(
+    keys = (
+        dropout_lib.example_keys(inputs)
+        if training and hashed_dropout else None)
+    x = dropout_lib.apply(
         self.embeddings_layer_norm(x), self.config.dropout_rate, training,
-        self.dropout_rng, hashed_dropout)
+        self.dropout_rng, hashed_dropout,
+        None if keys is None else lambda: keys.tokens(self.config.hidden_size))
     attention_bias = _attention_bias(inputs)
     encoder_outputs = []
     for layer in self.layers:
       x = layer(x, attention_bias, training, self.dropout_rng, compute_dtype,
-                hashed_dropout)
+                hashed_dropout, keys)
       encoder_outputs.append(x)
     pooled = tf.tanh(self.pooler(_first_tokens(x, inputs), compute_dtype))
     return dict(
@@ -421,7 +395,7 @@ class NativeEncoder(tf.__internal__.tracking.AutoTrackable):
     loaded: the `hub.load`ed encoder (it must have `get_config_json`).
     compute_dtype: "float32" (the saved graph's math, bit for bit) or
       "bfloat16" / "float16" (matmuls in that dtype; see `_matmul`).
-    hashed_dropout: draw dropout masks with `hashed_keep_mask` (XLA on CPU).
+    hashed_dropout: draw dropout masks keyed by example (`dropout`).
   """
 
   def __init__(self, loaded, compute_dtype="float32", hashed_dropout=False):

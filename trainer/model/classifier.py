@@ -6,6 +6,7 @@
 
 import tensorflow as tf
 
+from trainer.encoders import dropout as dropout_lib
 from trainer.encoders import handles
 
 
@@ -69,7 +70,9 @@ class Classifier(tf.Module):
         encoders take).
       training: enables dropout in the encoder and the head.
       dropout_seed: int32 [2] seed of the head dropout (stateless, so a
-        resumed run draws the same masks).
+        resumed run draws the same masks; keyed by each example's place in
+        the batch, `dropout_lib.example_dropout`, so shared rows draw what one
+        example a row draws).
 
     Returns:
       logits: [batch, num_classes] float32; for shared rows [rows * slots,
@@ -87,8 +90,11 @@ class Classifier(tf.Module):
       pooled = outputs["pooled_output"]
     if training and self.dropout_rate > 0:
       seed = dropout_seed if dropout_seed is not None else tf.constant([0, 0])
-      pooled = tf.nn.experimental.stateless_dropout(
-          pooled, rate=self.dropout_rate, seed=seed)
+      example = (
+          tf.reshape(inputs["input_example_index"], [-1])
+          if "input_example_index" in inputs else tf.range(tf.shape(pooled)[0]))
+      pooled = dropout_lib.example_dropout(pooled, self.dropout_rate, seed,
+                                           example)
     return tf.matmul(tf.cast(pooled, tf.float32), self.kernel) + self.bias
 
 

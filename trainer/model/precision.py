@@ -6,10 +6,14 @@ its config and can be rebuilt in Python, `bert.NativeEncoder`) and the CPU's
 features. It returns the `Route` the run takes and the log line saying why,
 or raises `ConfigError` where no route does what was asked:
 
+- This project's encoders are always rebuilt in Python, their dropout
+  masks hashed from each element's key (`dropout.keep_mask`): an example
+  draws the same masks whether it has a row of its own or shares one
+  (--shared_rows), so the two layouts train the same model.
 - XLA on CPU/GPU: XLA cannot compile the gradient of a function loaded from
   a SavedModel without treating the batch as compile-time constants, i.e.
   recompiling at every step; this project's encoders are rebuilt and compile
-  once, with hashed dropout masks (a Philox draw per element is slower than
+  once (hashed masks fuse, where a Philox draw per element is slower than
   the matmuls in XLA on CPU). Foreign encoders get no XLA off the TPU.
 - bfloat16: this project's encoders are rebuilt with bfloat16 matmuls
   (float32 variables, softmax, layer norms, loss and logits) on any device.
@@ -34,7 +38,8 @@ from trainer.runtime import host
 @dataclasses.dataclass(frozen=True)
 class Route:
   """What the run does: `rebuild` the encoder as `bert.NativeEncoder` (with
-  `hashed_dropout` under XLA), XLA for the replica step, oneDNN's rewrite."""
+  `hashed_dropout`: example-keyed masks), XLA for the replica step,
+  oneDNN's rewrite."""
 
   precision: str
   jit_compile: bool
@@ -126,8 +131,7 @@ def _foreign_bfloat16(device, cpu_flags, encoder_handle):
 
 
 def _xla_note(jit):
-  return ("; XLA: the encoder rebuilt from its saved config, hashed dropout "
-          "masks" if jit else "")
+  return ("; XLA: the replica step compiled once" if jit else "")
 
 
 def _float16(device, own_encoder, encoder_handle, jit):
@@ -145,7 +149,7 @@ def _float16(device, own_encoder, encoder_handle, jit):
         precision="float16",
         jit_compile=jit,
         rebuild=True,
-        hashed_dropout=jit,
+        hashed_dropout=True,
         onednn_rewrite=False,
         note="precision: float16 matmuls in the encoder (float32 variables, "
         "softmax, layer norms, loss and logits)" + scaling + slow + xla)
@@ -223,8 +227,8 @@ def choose(precision,
   route = dict(
       precision=precision,
       jit_compile=jit,
-      rebuild=own_encoder and (jit or bfloat16),
-      hashed_dropout=jit,
+      rebuild=own_encoder,
+      hashed_dropout=own_encoder,
       onednn_rewrite=False)
   if not bfloat16:
     return Route(note="precision: float32" + xla, **route)
