@@ -9,8 +9,10 @@ forward and backward pass (`tf.function`, no XLA) with dropout 0.1, masks
 drawn by Philox (one number per element) or keyed by example
 (`trainer.encoders.dropout`: a hash of the step's seed and each element's
 place one example a row, keys computed from the rows in shared rows).
-Prints ms a step (the best of `--repeats` runs of 4 steps) and each
-layout's keyed/Philox ratio, in one run on one machine.
+In float32 the fixed layout also runs the loaded SavedModel graph
+(Philox), which float32 runs trained before this project's encoders were
+always rebuilt. Prints ms a step (the best of `--repeats` runs of 4 steps)
+and the ratio to each layout's first way, in one run on one machine.
 """
 
 import argparse
@@ -51,8 +53,11 @@ def _batches(preprocessor, seq_length, rows):
 
 
 def _ms_per_step(loaded, precision, keyed, batch, repeats):
-  model = classifier.Classifier(
-      bert.NativeEncoder(loaded, precision, hashed_dropout=keyed), 2)
+  """ms a step of the rebuilt encoder (Philox or keyed masks), or with
+  `keyed` None of the loaded SavedModel graph (float32, Philox)."""
+  encoder = loaded if keyed is None else bert.NativeEncoder(
+      loaded, precision, hashed_dropout=keyed)
+  model = classifier.Classifier(encoder, 2)
   inputs = train_step.encoder_inputs(batch)
 
   @tf.function
@@ -101,14 +106,20 @@ def main():
   fixed, rows = _batches(preprocessor, args.seq_length, args.rows)
   print(f"machine: {_cpu()}, {os.cpu_count()} CPUs, TF {tf.__version__}; "
         f"{args.precision}, seq {args.seq_length}")
-  print("| layout | Philox ms/step | keyed ms/step | keyed/Philox |")
+  print("| layout | encoder, masks | ms/step | vs the first |")
   print("| --- | --- | --- | --- |")
+  ways = [("rebuilt, Philox", False), ("rebuilt, keyed", True)]
+  if args.precision == "float32":  # what float32 ran before: the graph
+    ways.insert(0, ("loaded graph, Philox", None))
   for name, batch in (("fixed (32 rows)", fixed), (f"shared ({args.rows} rows)",
                                                    rows)):
-    philox, keyed = (
-        _ms_per_step(loaded, args.precision, k, batch, args.repeats)
-        for k in (False, True))
-    print(f"| {name} | {philox:.0f} | {keyed:.0f} | {keyed / philox:.2f}x |")
+    first = None
+    for way, keyed in ways:
+      if keyed is None and batch is rows:
+        continue  # the saved graph takes one example a row
+      ms = _ms_per_step(loaded, args.precision, keyed, batch, args.repeats)
+      first = first or ms
+      print(f"| {name} | {way} | {ms:.0f} | {ms / first:.2f}x |")
 
 
 if __name__ == "__main__":

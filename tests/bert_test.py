@@ -1,7 +1,7 @@
 """The BERT encoder module: saved in the TF Hub format with its config,
-rebuilt for XLA with dropout masks hashed from one seed per call, and in
-shared rows giving each example its own outputs (ours and a Model Garden
-BERT rebuilt)."""
+rebuilt with dropout masks hashed from one seed per call and keyed by
+example, and in shared rows giving each example its own outputs and masks
+(ours and a Model Garden BERT rebuilt), so the layouts train alike."""
 
 import json
 import os

@@ -311,6 +311,34 @@ def test_bfloat16_checkpoint_restores_into_the_float32_model(
     np.testing.assert_array_equal(v.numpy(), np.full(v.shape, float(i)))
 
 
+def test_a_loaded_graph_checkpoint_restores_into_the_rebuilt_encoder(
+    no_dropout_encoder, tmp_path):
+  """A run begun when float32 trained the loaded graph (before this
+  project's encoders were always rebuilt) resumes into the rebuilt one:
+  every weight and the dropout generator's state."""
+  loaded = hub.load(no_dropout_encoder)
+  old = model_lib.Classifier(loaded, 2, seed=3)
+  for i, v in enumerate(old.trainable_variables):
+    v.assign(tf.fill(v.shape, float(i)))
+  state = loaded.encoder.dropout_rng._state_var
+  state.assign(tf.constant([5, 6, 7], state.dtype)[:state.shape[0]])
+  path = tf.train.Checkpoint(
+      model=old,
+      encoder_variables=list(loaded.variables)).write(str(tmp_path / "ckpt"))
+
+  rebuilt, _, _ = _prepare(
+      _config("float32"), _strategy(), hub.load(no_dropout_encoder))
+  assert isinstance(rebuilt, bert.NativeEncoder)
+  fresh = model_lib.Classifier(rebuilt, 2, seed=4)
+  tf.train.Checkpoint(
+      model=fresh, encoder_variables=list(
+          rebuilt.variables)).read(path).assert_existing_objects_matched()
+  for i, v in enumerate(fresh.trainable_variables):
+    np.testing.assert_array_equal(v.numpy(), np.full(v.shape, float(i)))
+  np.testing.assert_array_equal(rebuilt.encoder.dropout_rng.state.numpy(),
+                                state.numpy())
+
+
 class _ForeignEncoder(tf.Module):
   """A TF Hub encoder that this project did not save: no config inside."""
 

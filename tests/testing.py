@@ -191,8 +191,9 @@ def slot_order(rows):
 
 def encoder_copy(native, **changes):
   """A `bert.NativeEncoder` computing as `native` does (its config with
-  `changes`), on its own copy of the weights and of the dropout generator's
-  state, its masks example-keyed (`hashed_dropout`)."""
+  `changes`), on its own copy of the weights, its masks example-keyed
+  (`hashed_dropout`) from a fresh generator (the same state in every copy:
+  `BertEncoder` seeds it)."""
   config = dataclasses.replace(native.encoder.config, **changes)
   copy = bert.BertEncoder(config)
   for mine, theirs in zip(copy.variables, native.encoder.variables):

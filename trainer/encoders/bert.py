@@ -312,22 +312,40 @@ def _first_tokens(x, inputs):
   return tf.reshape(first, [-1, x.shape[-1]])
 
 
+def _encoder_spec():
+  return {
+      k: tf.TensorSpec([None, None], tf.int32, name=k)
+      for k in preprocessing.ENCODER_INPUTS
+  }
+
+
+def _traced(call, spec):
+  """`call` as a tf.function traced for `spec` with training off and on:
+  the `__call__` of a TF Hub encoder."""
+  call = tf.function(call)
+  for training in (False, True):
+    call.get_concrete_function(spec, training=training)
+  return call
+
+
+def _config_getter(config):
+  """`get_config_json` (`saved_config` reads it): a constant, not a
+  variable (string variables would be mirrored onto the accelerators when
+  the encoder is loaded under a distribution strategy)."""
+  config_json = config.to_json()
+  return tf.function(lambda: tf.constant(config_json), input_signature=[])
+
+
 def reusable_root(encoder):
   """(A trackable root for `encoder` with the Reusable SavedModel API:
   callable with `(inputs, training=...)`, with `variables`,
   `trainable_variables` and `regularization_losses`; the inputs' spec)."""
-  spec = {
-      k: tf.TensorSpec([None, None], tf.int32, name=k)
-      for k in preprocessing.ENCODER_INPUTS
-  }
+  spec = _encoder_spec()
   # A plain trackable root: a tf.train.Checkpoint root would be restored as
   # a Checkpoint, whose children a surrounding checkpoint does not save.
   root = tf.__internal__.tracking.AutoTrackable()
   root.encoder = encoder
-  call = tf.function(encoder.__call__)
-  for training in (False, True):
-    call.get_concrete_function(spec, training=training)
-  root.__call__ = call
+  root.__call__ = _traced(encoder.__call__, spec)
   root.variables = list(encoder.variables)
   root.trainable_variables = list(encoder.trainable_variables)
   root.regularization_losses = []
@@ -343,11 +361,7 @@ def save_encoder(encoder, export_dir):
   """
   root, spec = reusable_root(encoder)
   call = root.__call__
-  # A constant, not a variable: string variables would be mirrored onto the
-  # accelerators when the encoder is loaded under a distribution strategy.
-  config_json = encoder.config.to_json()
-  root.get_config_json = tf.function(
-      lambda: tf.constant(config_json), input_signature=[])
+  root.get_config_json = _config_getter(encoder.config)
 
   @tf.function(input_signature=[
       spec["input_word_ids"], spec["input_mask"], spec["input_type_ids"]
@@ -383,13 +397,15 @@ class NativeEncoder(tf.__internal__.tracking.AutoTrackable):
 
   A SavedModel's concrete functions are fixed float32 graphs, and XLA cannot
   compile the gradient of a loaded function without recompiling at every
-  step (BUILD_NOTES.md, "XLA on CPU/GPU"). So for bfloat16 matmuls and for
-  `--jit_compile` the trainer rebuilds the Python `BertEncoder` from the
-  saved config and copies the loaded values in (create it under the
-  strategy scope, like the loaded one). Its attributes mirror the loaded
-  object's (`encoder`, `variables`, `trainable_variables` in the same order),
-  so checkpoints written either way restore into the other, and an export
-  rebuilt from the SavedModel reads them.
+  step (BUILD_NOTES.md, "XLA on CPU/GPU"), and their dropout masks are
+  drawn per element of whatever layout they get. So the trainer always
+  rebuilds the Python `BertEncoder` (bfloat16 matmuls, XLA, masks keyed by
+  example, shared rows) from the saved config and copies the loaded values
+  in (create it under the strategy scope, like the loaded one). Its
+  attributes mirror the loaded object's (`encoder`, `variables`,
+  `trainable_variables` in the same order), so checkpoints written either
+  way restore into the other, and an export rebuilt from the SavedModel
+  reads them.
 
   Args:
     loaded: the `hub.load`ed encoder (it must have `get_config_json`).
@@ -443,14 +459,19 @@ class NativeEncoder(tf.__internal__.tracking.AutoTrackable):
 
   def in_float32(self):
     """The same encoder (the same variables) computing in float32, its
-    dropout Philox: what an export of a mixed-precision or XLA run
-    serves."""
+    dropout Philox: what an export serves. Saved, it is a TF Hub encoder
+    again, as `save_encoder` writes one: callable (traced here) and with
+    `get_config_json`, so the export's encoder can be rebuilt."""
     view = NativeEncoder.__new__(NativeEncoder)
     view.compute_dtype, view.hashed_dropout = "float32", False
     view.encoder = self.encoder
     view.variables = self.variables
     view.trainable_variables = self.trainable_variables
     view.regularization_losses = []
+    spec = _encoder_spec()
+    # In this process `view(...)` still runs the class's `__call__`.
+    view.__call__ = _traced(view.__call__, spec)
+    view.get_config_json = _config_getter(self.encoder.config)
     return view
 
   def host_twin(self):

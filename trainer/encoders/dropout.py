@@ -100,10 +100,14 @@ class DropoutKeys:
 
 
 def example_keys(inputs):
-  """`DropoutKeys` of shared rows that carry `input_example_index`, else
-  None (one example a row: an element's index is its key)."""
-  if "input_example_index" not in inputs:
+  """`DropoutKeys` of shared rows, None one example a row (an element's
+  index is its key). Raises ValueError for shared rows without
+  `input_example_index` (their masks could not be their examples')."""
+  if "input_example_ids" not in inputs:
     return None
+  if "input_example_index" not in inputs:
+    raise ValueError("shared rows without input_example_index: lay them out "
+                     "with trainer.data.row_layout.to_rows")
   return DropoutKeys(inputs)
 
 

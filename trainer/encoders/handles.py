@@ -228,9 +228,9 @@ def rebuilt(loaded, handle):
 def prepare_encoder(encoder, route, strategy):
   """The encoder the run trains, per its `precision.Route`.
 
-  Rebuilt in Python (`bert.NativeEncoder`) where the SavedModel's fixed
-  float32 graphs cannot serve (XLA, bfloat16, float16; an encoder rebuilt
-  for shared rows already is one, set to compute so); oneDNN's bfloat16
+  This project's encoders rebuilt in Python (`bert.NativeEncoder`: any
+  precision, XLA, example-keyed dropout; an encoder rebuilt for shared
+  rows already is one, set to compute so); oneDNN's bfloat16
   rewrite switched on for a foreign encoder on a CPU that runs it,
   grappler's CUDA float16 rewrite for one on a GPU.
   """

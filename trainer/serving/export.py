@@ -193,9 +193,11 @@ def load_classifier(c, checkpoint="", io_device=None):
       io_device=io_device,
       demo_cache_dir=c.demo_cache_dir)
   record = run_dir.read_json(os.path.join(c.model_dir, "config.json")) or {}
-  if record.get("shared_rows") is not None:
-    # The run trained the encoder rebuilt (`inputs.rows_encoder`), whose
-    # checkpoint a Model Garden encoder's loaded graph cannot read.
+  if (record.get("shared_rows") is not None or
+      bert.saved_config(encoder) is not None):
+    # The run trained the encoder rebuilt (this project's always; a Model
+    # Garden BERT's for shared rows, `inputs.rows_encoder`, whose checkpoint
+    # its loaded graph cannot read): export it as the live export does.
     encoder = handles.rebuilt(encoder, c.encoder_handle) or encoder
   model = model_lib.Classifier(encoder, c.num_classes, c.dropout_rate, c.seed,
                                c.pooling)
@@ -276,8 +278,8 @@ def pairs(serve):
 
 def for_serving(model):
   """The classifier to export: `model` itself, its live weights, computing
-  as its saved encoder does (an encoder rebuilt for XLA or mixed precision,
-  `bert.NativeEncoder`, serves its weights in float32)."""
+  as its saved encoder does (a rebuilt encoder, `bert.NativeEncoder`,
+  serves its weights in float32)."""
   if isinstance(model.encoder, bert.NativeEncoder):
     return model.with_encoder(model.encoder.in_float32())
   return model

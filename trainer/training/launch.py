@@ -231,8 +231,8 @@ def _write_config(run, plan, strategy, route, layer_rates, data):
           task=run.task.to_json(),
           data=counts_lib.fingerprint(counts),
           buckets=list(buckets),
-          # None: one example a row (the encoder as loaded); a list (maybe
-          # empty): the encoder rebuilt, batches in these row counts.
+          # None: one example a row; a list (maybe empty): the encoder
+          # rebuilt for shared rows, batches in these row counts.
           shared_rows=None if ladder is None else list(ladder),
           # With one bucket the group does not order anything.
           train_group_batches=group if len(buckets) > 1 else None,
