@@ -295,18 +295,28 @@ def test_bfloat16_checkpoint_restores_into_the_float32_model(
   checkpoint: object paths and the variable list must line up."""
   mixed, _, _ = _prepare(
       _config("bfloat16"), _strategy(), hub.load(no_dropout_encoder))
-  model = model_lib.Classifier(mixed, 2, seed=3)
+  path = _numbered_checkpoint(mixed, tmp_path)
+  _restores_numbered(hub.load(no_dropout_encoder), path)
+
+
+def _numbered_checkpoint(encoder, tmp_path):
+  """A checkpoint of a classifier over `encoder` whose trainable variable
+  i is filled with i, as a run writes one; its path."""
+  model = model_lib.Classifier(encoder, 2, seed=3)
   for i, v in enumerate(model.trainable_variables):
     v.assign(tf.fill(v.shape, float(i)))
-  path = tf.train.Checkpoint(
+  return tf.train.Checkpoint(
       model=model,
-      encoder_variables=list(mixed.variables)).write(str(tmp_path / "ckpt"))
+      encoder_variables=list(encoder.variables)).write(str(tmp_path / "ckpt"))
 
-  loaded = hub.load(no_dropout_encoder)
-  fresh = model_lib.Classifier(loaded, 2, seed=4)
+
+def _restores_numbered(encoder, path):
+  """`_numbered_checkpoint`'s `path` restores into a classifier over
+  `encoder`: every object matched, variable i filled with i."""
+  fresh = model_lib.Classifier(encoder, 2, seed=4)
   tf.train.Checkpoint(
       model=fresh, encoder_variables=list(
-          loaded.variables)).read(path).assert_existing_objects_matched()
+          encoder.variables)).read(path).assert_existing_objects_matched()
   for i, v in enumerate(fresh.trainable_variables):
     np.testing.assert_array_equal(v.numpy(), np.full(v.shape, float(i)))
 
@@ -317,24 +327,14 @@ def test_a_loaded_graph_checkpoint_restores_into_the_rebuilt_encoder(
   project's encoders were always rebuilt) resumes into the rebuilt one:
   every weight and the dropout generator's state."""
   loaded = hub.load(no_dropout_encoder)
-  old = model_lib.Classifier(loaded, 2, seed=3)
-  for i, v in enumerate(old.trainable_variables):
-    v.assign(tf.fill(v.shape, float(i)))
   state = loaded.encoder.dropout_rng._state_var
   state.assign(tf.constant([5, 6, 7], state.dtype)[:state.shape[0]])
-  path = tf.train.Checkpoint(
-      model=old,
-      encoder_variables=list(loaded.variables)).write(str(tmp_path / "ckpt"))
+  path = _numbered_checkpoint(loaded, tmp_path)
 
   rebuilt, _, _ = _prepare(
       _config("float32"), _strategy(), hub.load(no_dropout_encoder))
   assert isinstance(rebuilt, bert.NativeEncoder)
-  fresh = model_lib.Classifier(rebuilt, 2, seed=4)
-  tf.train.Checkpoint(
-      model=fresh, encoder_variables=list(
-          rebuilt.variables)).read(path).assert_existing_objects_matched()
-  for i, v in enumerate(fresh.trainable_variables):
-    np.testing.assert_array_equal(v.numpy(), np.full(v.shape, float(i)))
+  _restores_numbered(rebuilt, path)
   np.testing.assert_array_equal(rebuilt.encoder.dropout_rng.state.numpy(),
                                 state.numpy())
 
