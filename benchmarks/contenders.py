@@ -60,6 +60,7 @@ def _minilm_vocab():
 def build_assets(workdir, size):
   """Writes `size`'s encoder + preprocessor; returns their paths and config."""
   from trainer.encoders import bert  # pylint: disable=g-import-not-at-top
+  from trainer.encoders import native  # pylint: disable=g-import-not-at-top
   from trainer.encoders import demo  # pylint: disable=g-import-not-at-top
   from trainer.data import preprocessing  # pylint: disable=g-import-not-at-top
   demo_paths = demo.ensure_assets()
@@ -84,7 +85,7 @@ def build_assets(workdir, size):
       vocab=vocab,
       config=json.loads(config.to_json()))
   if not os.path.exists(os.path.join(paths["encoder"], "saved_model.pb")):
-    bert.save_encoder(bert.BertEncoder(config, seed=0), paths["encoder"])
+    native.save_encoder(bert.BertEncoder(config, seed=0), paths["encoder"])
     preprocessing.save_preprocessor(
         preprocessing.BertPreprocessor(vocab), paths["preprocessor"])
   return paths

@@ -30,7 +30,7 @@ sys.path.insert(0, ROOT)
 
 from trainer.data import preprocessing  # noqa: E402
 from trainer.data import row_layout  # noqa: E402
-from trainer.encoders import bert  # noqa: E402
+from trainer.encoders import native  # noqa: E402
 from trainer.model import classifier  # noqa: E402
 from trainer.training import train_step  # noqa: E402
 
@@ -55,7 +55,7 @@ def _batches(preprocessor, seq_length, rows):
 def _ms_per_step(loaded, precision, keyed, batch, repeats):
   """ms a step of the rebuilt encoder (Philox or keyed masks), or with
   `keyed` None of the loaded SavedModel graph (float32, Philox)."""
-  encoder = loaded if keyed is None else bert.NativeEncoder(
+  encoder = loaded if keyed is None else native.NativeEncoder(
       loaded, precision, hashed_dropout=keyed)
   model = classifier.Classifier(encoder, 2)
   inputs = train_step.encoder_inputs(batch)

@@ -24,7 +24,7 @@ warms up once, then runs timed chunks on command; the parent alternates them
                  its own preprocessor over the same vocabulary, random weights
                  of the same architecture, fit on raw strings
   trainer_bf16   trainer_best with --precision=bfloat16 (bfloat16 matmuls,
-                 float32 variables and loss: bert.NativeEncoder);
+                 float32 variables and loss: native.NativeEncoder);
                  its ratio to trainer_best is `bf16_speedup` in the JSON
   keras_hub_bf16 keras_hub under Keras 3's `mixed_bfloat16` policy; the
                  ratio trainer_bf16 / keras_hub_bf16 is `bf16_vs_keras_hub`

@@ -14,6 +14,7 @@ import tensorflow_hub as hub
 import testing
 from trainer.data import preprocessing
 from trainer.encoders import bert
+from trainer.encoders import native
 from trainer.encoders import demo
 from trainer.encoders import dropout as dropout_lib
 from trainer.encoders import handles
@@ -83,7 +84,7 @@ def test_hashed_keep_mask_keeps_the_rate_and_varies_with_the_seed():
 def test_native_encoder_dropout_is_reproducible_from_its_state(demo_paths):
   """Hashed masks come from the generator state, which checkpoints carry:
   the same state gives the same masks, the next call new ones."""
-  encoder = bert.NativeEncoder(
+  encoder = native.NativeEncoder(
       hub.load(demo_paths["encoder"]), hashed_dropout=True)
   inputs = dict(
       input_word_ids=tf.constant([[2, 40, 41, 42, 3, 0]] * 2),
@@ -130,7 +131,7 @@ def test_shared_rows_give_each_example_its_own_logits(demo_paths, pooling):
   rounding."""
   preprocessor = hub.load(demo_paths["preprocessor"])
   model = classifier.Classifier(
-      bert.NativeEncoder(hub.load(demo_paths["encoder"])),
+      native.NativeEncoder(hub.load(demo_paths["encoder"])),
       3,
       seed=1,
       pooling=pooling)
@@ -155,10 +156,10 @@ def test_an_example_draws_its_dropout_masks_in_shared_rows(
   pairs, with XLA too; the masks are drawn (the logits are not
   inference's) and the next call draws new ones."""
   preprocessor = hub.load(demo_paths["preprocessor"])
-  native = bert.NativeEncoder(
+  rebuilt = native.NativeEncoder(
       hub.load(demo_paths["encoder"]), hashed_dropout=True)
-  model = classifier.Classifier(native, 3, seed=1, pooling=pooling)
-  state = native.encoder.dropout_rng.state.numpy()
+  model = classifier.Classifier(rebuilt, 3, seed=1, pooling=pooling)
+  state = rebuilt.encoder.dropout_rng.state.numpy()
   seed = tf.constant([7, 11])
   call = tf.function(
       lambda x: model(x, training=True, dropout_seed=seed),
@@ -169,10 +170,10 @@ def test_an_example_draws_its_dropout_masks_in_shared_rows(
     batch["label"] = tf.range(texts.shape[0])
     rows = testing.in_rows(batch, ladder)
     assert rows["weight"].numpy().sum(axis=1).max() >= 2  # rows are shared
-    native.encoder.dropout_rng.state.assign(state)
+    rebuilt.encoder.dropout_rng.state.assign(state)
     fixed = call(train_step.encoder_inputs(batch)).numpy()
     again = call(train_step.encoder_inputs(batch)).numpy()
-    native.encoder.dropout_rng.state.assign(state)
+    rebuilt.encoder.dropout_rng.state.assign(state)
     shared = call(train_step.encoder_inputs(rows)).numpy()
     np.testing.assert_allclose(
         shared[testing.slot_order(rows)], fixed, atol=1e-5)
@@ -191,10 +192,10 @@ def test_a_model_garden_encoder_rebuilt_takes_shared_rows():
   weights: in shared rows each text gets the logits the loaded SavedModel
   gives it one a row."""
   loaded = hub.load(os.path.join(GARDEN, "encoder"))
-  native = handles.rebuilt(loaded, "garden")
-  assert isinstance(native, bert.NativeEncoder)
+  rebuilt = handles.rebuilt(loaded, "garden")
+  assert isinstance(rebuilt, native.NativeEncoder)
   fixed_model = classifier.Classifier(loaded, 2, seed=4)
-  shared_model = fixed_model.with_encoder(native)
+  shared_model = fixed_model.with_encoder(rebuilt)
   preprocessor = hub.load(os.path.join(GARDEN, "preprocessor"))
   batch = preprocessing.make_packer(preprocessor, 32)(tf.constant(SINGLES))
   batch["label"] = tf.range(len(SINGLES))
@@ -216,15 +217,15 @@ TWEETS = SINGLES + [
 ]
 
 
-def _three_steps(native, preprocessor, texts, seq_length, ladder, dropout):
+def _three_steps(rebuilt, preprocessor, texts, seq_length, ladder, dropout):
   """The weights after three training steps of `texts` (rotated a step,
   labels alternating) at fixed shapes and in shared rows of `ladder`
-  (each layout from a copy of `native`, dropout `dropout` in the encoder
+  (each layout from a copy of `rebuilt`, dropout `dropout` in the encoder
   and the head)."""
   trained = []
   for layout in ("fixed", "rows"):
     model = classifier.Classifier(
-        testing.encoder_copy(native, dropout_rate=dropout),
+        testing.encoder_copy(rebuilt, dropout_rate=dropout),
         2,
         dropout_rate=dropout,
         seed=2)
@@ -248,18 +249,18 @@ def test_a_converted_checkpoint_in_shared_rows_trains_as_fixed_shapes(
   the weights of three fixed-shape steps, with dropout off and on (an
   example draws its masks wherever it lies)."""
   preprocessor = hub.load(os.path.join(minilm, "preprocessor"))
-  native = bert.NativeEncoder(hub.load(os.path.join(minilm, "encoder")))
-  model = classifier.Classifier(native, 2, seed=2)
+  rebuilt = native.NativeEncoder(hub.load(os.path.join(minilm, "encoder")))
+  model = classifier.Classifier(rebuilt, 2, seed=2)
   fixed, shared, rows = _shared_and_fixed(model, preprocessor,
                                           tf.constant(TWEETS), 48, (8,))
   assert rows["input_word_ids"].shape[0] == 8
   np.testing.assert_allclose(shared, fixed, atol=1e-5)
-  trained = _three_steps(native, preprocessor, TWEETS, 48, (8,), dropout)
+  trained = _three_steps(rebuilt, preprocessor, TWEETS, 48, (8,), dropout)
   for a, b in zip(*trained):
     np.testing.assert_allclose(b, a, atol=1e-5)
   start = [
       v.numpy()
-      for v in classifier.Classifier(native, 2, seed=2).trainable_variables
+      for v in classifier.Classifier(rebuilt, 2, seed=2).trainable_variables
   ]
   assert np.abs(trained[0][0] - start[0]).max() > 1e-5  # the steps moved it
 
@@ -270,9 +271,9 @@ def test_the_demo_encoder_in_shared_rows_trains_as_fixed_shapes(demo_paths):
   texts) give the weights of three fixed-shape steps, which are not the
   weights of three steps without dropout (the masks were drawn)."""
   preprocessor = hub.load(demo_paths["preprocessor"])
-  native = bert.NativeEncoder(hub.load(demo_paths["encoder"]))
-  first, second = _three_steps(native, preprocessor, SINGLES, 32, (4,), 0.1)
+  rebuilt = native.NativeEncoder(hub.load(demo_paths["encoder"]))
+  first, second = _three_steps(rebuilt, preprocessor, SINGLES, 32, (4,), 0.1)
   for a, b in zip(first, second):
     np.testing.assert_allclose(b, a, atol=1e-5)
-  off, _ = _three_steps(native, preprocessor, SINGLES, 32, (4,), 0.0)
+  off, _ = _three_steps(rebuilt, preprocessor, SINGLES, 32, (4,), 0.0)
   assert max(np.abs(a - b).max() for a, b in zip(first, off)) > 1e-4

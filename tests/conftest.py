@@ -36,6 +36,7 @@ import subprocess  # noqa: E402
 from trainer.commands import cli  # noqa: E402
 from trainer.data import splits as splits_lib  # noqa: E402
 from trainer.encoders import bert  # noqa: E402
+from trainer.encoders import native  # noqa: E402
 from trainer.encoders import demo  # noqa: E402
 from trainer.encoders import hf_import  # noqa: E402
 from trainer.foundation import checks  # noqa: E402
@@ -200,7 +201,7 @@ def no_dropout_encoder(tmp_path_factory, demo_paths):
   config = bert.BertConfig(
       vocab_size=len(demo.vocabulary()),
       **dict(demo.DEMO_BERT, dropout_rate=0.0))
-  bert.save_encoder(bert.BertEncoder(config, seed=7), path)
+  native.save_encoder(bert.BertEncoder(config, seed=7), path)
   return path
 
 

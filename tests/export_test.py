@@ -17,7 +17,7 @@ from trainer.data import input_pipeline
 from trainer.data import preprocessing
 from trainer.data import sources
 from trainer.data import splits as splits_lib
-from trainer.encoders import bert
+from trainer.encoders import native
 from trainer.foundation import tasks
 from trainer.model import classifier
 from trainer.runtime import run_dir
@@ -275,7 +275,7 @@ def test_the_shared_rows_signature_serves_as_serving_default(
   either pooling; it is the signature `load_serving` (predict, evaluate)
   picks."""
   preprocessor = tf.saved_model.load(demo_paths["preprocessor"])
-  encoder = bert.NativeEncoder(tf.saved_model.load(demo_paths["encoder"]))
+  encoder = native.NativeEncoder(tf.saved_model.load(demo_paths["encoder"]))
   for pooling, pairs in (("cls", False), ("cls", True), ("mean", False)):
     model = classifier.Classifier(encoder, 2, seed=5, pooling=pooling)
     task = tasks.Task(

@@ -7,6 +7,8 @@ import pytest
 import tensorflow as tf
 
 from trainer.encoders import bert
+
+from trainer.encoders import native
 from trainer.encoders import demo
 from trainer.foundation import config as config_lib
 from trainer.foundation import tasks
@@ -29,7 +31,7 @@ def opaque_encoder(tmp_path_factory):
   path = str(tmp_path_factory.mktemp("opaque") / "encoder")
   encoder = bert.BertEncoder(
       bert.BertConfig(vocab_size=len(demo.vocabulary()), **demo.DEMO_BERT))
-  root, _ = bert.reusable_root(encoder)  # without save_encoder's config
+  root, _ = native.reusable_root(encoder)  # without save_encoder's config
   tf.saved_model.save(root, path)
   return path
 
@@ -51,7 +53,7 @@ def test_shared_rows_need_an_encoder_that_takes_them(demo_paths, opaque_encoder,
         shared_rows="auto",
         demo_cache_dir=demo_paths["root"])
     _, model, route, rows = launch.load_model(c, tasks.resolve(c), strategy)
-    assert rows and isinstance(model, bert.NativeEncoder), encoder
+    assert rows and isinstance(model, native.NativeEncoder), encoder
     assert route.note == "precision: float32"
   c = config_lib.Config(
       encoder_handle=opaque_encoder,
@@ -60,7 +62,7 @@ def test_shared_rows_need_an_encoder_that_takes_them(demo_paths, opaque_encoder,
       shared_rows="auto",
       demo_cache_dir=demo_paths["root"])
   _, model, _, rows = launch.load_model(c, tasks.resolve(c), strategy)
-  assert not rows and not isinstance(model, bert.NativeEncoder)
+  assert not rows and not isinstance(model, native.NativeEncoder)
   said = [r.getMessage() for r in caplog.records if "Shared rows" in r.message]
   assert said == [
       f"Shared rows: off, one example a row (--encoder_handle="

@@ -1,7 +1,7 @@
 """--precision: bfloat16, float16 and auto where the encoder allows them.
 
 This project's own encoders are rebuilt with bfloat16 matmuls
-(`bert.NativeEncoder`); other SavedModels can only get oneDNN's graph
+(`native.NativeEncoder`); other SavedModels can only get oneDNN's graph
 rewrite on CPU, which TensorFlow applies on AVX512 CPUs only, and which is a
 process-wide option: that test runs in a fresh process.
 """
@@ -21,7 +21,7 @@ from conftest import last_json
 from conftest import run_process
 from conftest import with_project
 from trainer.data import preprocessing
-from trainer.encoders import bert
+from trainer.encoders import native
 from trainer.foundation import config as config_lib
 from trainer.foundation import errors
 from trainer.model import classifier as model_lib
@@ -187,7 +187,7 @@ def test_float32_rebuilds_our_encoder_and_keeps_a_foreign_one(
   loaded."""
   loaded = hub.load(no_dropout_encoder)
   encoder, jit, note = _prepare(_config("float32"), _strategy(), loaded)
-  assert isinstance(encoder, bert.NativeEncoder)
+  assert isinstance(encoder, native.NativeEncoder)
   assert (encoder.compute_dtype, encoder.hashed_dropout) == ("float32", True)
   assert jit is False  # unset --jit_compile on a CPU
   assert note == "precision: float32"
@@ -206,7 +206,7 @@ def test_own_encoder_is_rebuilt_with_bfloat16_matmuls(no_dropout_encoder,
                                                       demo_paths):
   loaded = hub.load(no_dropout_encoder)
   encoder, _, note = _prepare(_config("bfloat16"), _strategy(), loaded)
-  assert isinstance(encoder, bert.NativeEncoder)
+  assert isinstance(encoder, native.NativeEncoder)
   assert encoder.hashed_dropout
   assert note.startswith("precision: bfloat16 matmuls in the encoder")
   if not host.has_native_bfloat16(host.cpu_flags()):
@@ -253,7 +253,7 @@ def test_bfloat16_gradients_are_float32_and_follow_float32(
       loaded = hub.load(no_dropout_encoder)
     encoder, jit, _ = _prepare(
         _config(precision, jit_compile=jit_compile), strategy, loaded)
-    assert jit and isinstance(encoder, bert.NativeEncoder)
+    assert jit and isinstance(encoder, native.NativeEncoder)
     with strategy.scope():
       model = model_lib.Classifier(encoder, 2, dropout_rate=0.0, seed=3)
       opt = optimization.AdamW(model.trainable_variables,
@@ -333,7 +333,7 @@ def test_a_loaded_graph_checkpoint_restores_into_the_rebuilt_encoder(
 
   rebuilt, _, _ = _prepare(
       _config("float32"), _strategy(), hub.load(no_dropout_encoder))
-  assert isinstance(rebuilt, bert.NativeEncoder)
+  assert isinstance(rebuilt, native.NativeEncoder)
   _restores_numbered(rebuilt, path)
   np.testing.assert_array_equal(rebuilt.encoder.dropout_rng.state.numpy(),
                                 state.numpy())
@@ -352,7 +352,7 @@ class _ForeignEncoder(tf.Module):
 
 def test_foreign_encoder_errors_where_no_rewrite_can_apply(no_dropout_encoder):
   foreign = _ForeignEncoder(hub.load(no_dropout_encoder))
-  assert bert.saved_config(foreign) is None
+  assert native.saved_config(foreign) is None
   for precision in ("float32", "bfloat16"):
     with pytest.raises(
         config_lib.ConfigError,

@@ -17,6 +17,7 @@ from trainer.data import row_layout
 from trainer.data import sources
 from trainer.data import splits as splits_lib
 from trainer.encoders import bert
+from trainer.encoders import native
 from trainer.foundation import tasks
 
 LONG = "word " * 20_000  # 100,000 characters
@@ -189,18 +190,18 @@ def slot_order(rows):
   return where
 
 
-def encoder_copy(native, **changes):
-  """A `bert.NativeEncoder` computing as `native` does (its config with
+def encoder_copy(source, **changes):
+  """A `native.NativeEncoder` computing as `source` does (its config with
   `changes`), on its own copy of the weights, its masks example-keyed
   (`hashed_dropout`) from a fresh generator (the same state in every copy:
   `BertEncoder` seeds it)."""
-  config = dataclasses.replace(native.encoder.config, **changes)
+  config = dataclasses.replace(source.encoder.config, **changes)
   copy = bert.BertEncoder(config)
-  for mine, theirs in zip(copy.variables, native.encoder.variables):
+  for mine, theirs in zip(copy.variables, source.encoder.variables):
     mine.assign(theirs)
-  return bert.NativeEncoder.around(copy, hashed_dropout=True)
+  return native.NativeEncoder.around(copy, hashed_dropout=True)
 
 
-def without_dropout(native):
+def without_dropout(source):
   """`encoder_copy` with dropout off."""
-  return encoder_copy(native, dropout_rate=0.0)
+  return encoder_copy(source, dropout_rate=0.0)

@@ -327,12 +327,8 @@ def train_groups(split,
     ordered = ordered.skip(skip_groups * rows_per_group)
     first = tf.cast(e, tf.int64) * steps_per_epoch + skip_groups * block
     if rows is not None:
-      blocks = ordered.batch(rows_per_group).map(
-          _row_block(packer, global_batch_size, False, rows, buckets[-1]),
-          num_parallel_calls=tf.data.AUTOTUNE,
-          deterministic=True).filter(lambda b: tf.size(b["sizes"]) > 0)
-      return _row_groups(blocks, group_size, buckets[-1],
-                         lambda i: first + tf.cast(i, tf.int64) * block)
+      return _row_epoch(ordered, packer, rows, buckets[-1], global_batch_size,
+                        group_size, block, first)
     ordered = ordered.batch(_PACK_ROWS).map(
         measure, num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True).unbatch()
@@ -350,6 +346,20 @@ def train_groups(split,
   ds = ds.filter(lambda g: tf.cast(g["meta"][0, 0] + g["meta"][0, 1], tf.int64)
                  > start_step)
   return ds.prefetch(2)
+
+
+def _row_epoch(ordered, packer, rows, seq_length, batch_size, group_size, block,
+               first):
+  """An epoch's ordered rows in shared rows: `block` batches laid out at
+  once (`_row_block`), then runs of up to `group_size` batches at one row
+  count (`_row_groups`), block i's first batch at stream position
+  `first + i * block`."""
+  blocks = ordered.batch(batch_size * block).map(
+      _row_block(packer, batch_size, False, rows, seq_length),
+      num_parallel_calls=tf.data.AUTOTUNE,
+      deterministic=True).filter(lambda b: tf.size(b["sizes"]) > 0)
+  return _row_groups(blocks, group_size, seq_length,
+                     lambda i: first + tf.cast(i, tf.int64) * block)
 
 
 def eval_groups(split,

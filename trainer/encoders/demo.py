@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from trainer.data import preprocessing
 from trainer.encoders import bert
+from trainer.encoders import native
 
 VERSION = 5  # 5: the preprocessor packs sentence pairs
 
@@ -120,7 +121,7 @@ def ensure_assets(cache_dir=None):
   config = bert.BertConfig(vocab_size=len(vocab), **DEMO_BERT)
   # Seed 3 since v3: v4 changed the saved graphs (static hidden sizes, the
   # normalizing preprocessor), not the weights.
-  bert.save_encoder(bert.BertEncoder(config, seed=3), t["encoder"])
+  native.save_encoder(bert.BertEncoder(config, seed=3), t["encoder"])
   write_texts(t["train"], 4000, seed=1)
   write_texts(t["validation"], 1000, seed=2)
   with tf.io.gfile.GFile(os.path.join(tmp, "DONE"), "w") as f:

@@ -24,7 +24,7 @@ with warnings.catch_warnings():
   import tensorflow_hub as hub
 
 from trainer.data import preprocessing
-from trainer.encoders import bert
+from trainer.encoders import native
 from trainer.encoders import demo
 from trainer.encoders import garden
 from trainer.foundation import config as config_lib
@@ -200,13 +200,13 @@ def check_fit(encoder, preprocessor, seq_length, preprocessor_handle):
 
 def is_own_encoder(encoder):
   """Saved by this project (it carries its config and can be rebuilt), or
-  rebuilt already (`bert.NativeEncoder`)."""
-  return (isinstance(encoder, bert.NativeEncoder) or
-          bert.saved_config(encoder) is not None)
+  rebuilt already (`native.NativeEncoder`)."""
+  return (isinstance(encoder, native.NativeEncoder) or
+          native.saved_config(encoder) is not None)
 
 
 def rebuilt(loaded, handle):
-  """A `hub.load`ed encoder rebuilt as Python code (`bert.NativeEncoder`,
+  """A `hub.load`ed encoder rebuilt as Python code (`native.NativeEncoder`,
   float32; create it where its variables belong: under the strategy's
   scope), or None for an opaque SavedModel: this project's from its saved
   config, a Model Garden BERT's (TF Hub's experts/bert, bert_en_uncased_L-*)
@@ -217,29 +217,29 @@ def rebuilt(loaded, handle):
     ConversionError: named like a Model Garden BERT, but no BERT of ours
       reproduces its outputs.
   """
-  if isinstance(loaded, bert.NativeEncoder):
+  if isinstance(loaded, native.NativeEncoder):
     return loaded
-  if bert.saved_config(loaded) is not None:
-    return bert.NativeEncoder(loaded)
+  if native.saved_config(loaded) is not None:
+    return native.NativeEncoder(loaded)
   encoder = garden.rebuild(loaded, handle)
-  return None if encoder is None else bert.NativeEncoder.around(encoder)
+  return None if encoder is None else native.NativeEncoder.around(encoder)
 
 
 def prepare_encoder(encoder, route, strategy):
   """The encoder the run trains, per its `precision.Route`.
 
-  This project's encoders rebuilt in Python (`bert.NativeEncoder`: any
+  This project's encoders rebuilt in Python (`native.NativeEncoder`: any
   precision, XLA, example-keyed dropout; an encoder rebuilt for shared
   rows already is one, set to compute so); oneDNN's bfloat16
   rewrite switched on for a foreign encoder on a CPU that runs it,
   grappler's CUDA float16 rewrite for one on a GPU.
   """
-  if isinstance(encoder, bert.NativeEncoder):
+  if isinstance(encoder, native.NativeEncoder):
     encoder.compute_dtype = route.compute_dtype
     encoder.hashed_dropout = route.hashed_dropout
   elif route.rebuild:
     with strategy.scope():
-      encoder = bert.NativeEncoder(
+      encoder = native.NativeEncoder(
           encoder, route.compute_dtype, hashed_dropout=route.hashed_dropout)
   if route.onednn_rewrite:
     tf.config.optimizer.set_experimental_options(

@@ -28,6 +28,7 @@ import tensorflow as tf
 
 from trainer.data import preprocessing
 from trainer.encoders import bert
+from trainer.encoders import native
 from trainer.encoders import hf_names
 from trainer.foundation import errors
 
@@ -262,7 +263,7 @@ def convert(hf_dir, output_dir):
   vocab_file = os.path.join(output_dir, "vocab.txt")
   with tf.io.gfile.GFile(vocab_file, "w") as f:
     f.write("\n".join(vocab) + "\n")
-  bert.save_encoder(encoder, os.path.join(output_dir, "encoder"))
+  native.save_encoder(encoder, os.path.join(output_dir, "encoder"))
   # The vocab is copied next to the preprocessor's SavedModel as its asset.
   preprocessor = preprocessing.BertPreprocessor(
       vocab_file,

@@ -2,7 +2,7 @@
 
 `choose()` is a pure function of the flags (`--precision`, `--jit_compile`),
 the device kind, whether the encoder was saved by this project (it carries
-its config and can be rebuilt in Python, `bert.NativeEncoder`) and the CPU's
+its config and can be rebuilt in Python, `native.NativeEncoder`) and the CPU's
 features. It returns the `Route` the run takes and the log line saying why,
 or raises `ConfigError` where no route does what was asked:
 
@@ -37,7 +37,7 @@ from trainer.runtime import host
 
 @dataclasses.dataclass(frozen=True)
 class Route:
-  """What the run does: `rebuild` the encoder as `bert.NativeEncoder` (with
+  """What the run does: `rebuild` the encoder as `native.NativeEncoder` (with
   `hashed_dropout`: example-keyed masks), XLA for the replica step,
   oneDNN's rewrite."""
 
@@ -209,7 +209,7 @@ def choose(precision,
       "auto" first: `resolve_auto`).
     jit_compile: --jit_compile, True, False or None (unset).
     device: "tpu", "gpu" or "cpu".
-    own_encoder: the encoder was saved by this project (`bert.saved_config`).
+    own_encoder: the encoder was saved by this project (`native.saved_config`).
     cpu_flags: the CPU's feature flags (`host.cpu_flags()`).
     encoder_handle: for the messages.
     xla_cpu_problem: called (once) when XLA would compile for the CPU; why

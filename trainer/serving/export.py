@@ -35,7 +35,7 @@ import tensorflow as tf
 from trainer.data import input_pipeline
 from trainer.data import preprocessing
 from trainer.data import row_layout
-from trainer.encoders import bert
+from trainer.encoders import native
 from trainer.encoders import handles
 from trainer.foundation import checks
 from trainer.foundation import config as config_lib
@@ -81,7 +81,7 @@ class ServingModule(tf.Module):
     # Shared rows: the same outputs, several texts a row (`row_layout`),
     # where the encoder is this project's in Python.
     self.serve_rows = None
-    if isinstance(model.encoder, bert.NativeEncoder):
+    if isinstance(model.encoder, native.NativeEncoder):
       self._full_pack = preprocessing.make_packer(preprocessor, seq_length)
       self._seq_length = seq_length
       self.serve_rows = tf.function(self._serve_rows, input_signature=inputs)
@@ -194,7 +194,7 @@ def load_classifier(c, checkpoint="", io_device=None):
       demo_cache_dir=c.demo_cache_dir)
   record = run_dir.read_json(os.path.join(c.model_dir, "config.json")) or {}
   if (record.get("shared_rows") is not None or
-      bert.saved_config(encoder) is not None):
+      native.saved_config(encoder) is not None):
     # The run trained the encoder rebuilt (this project's always; a Model
     # Garden BERT's for shared rows, `inputs.rows_encoder`, whose checkpoint
     # its loaded graph cannot read): export it as the live export does.
@@ -278,9 +278,9 @@ def pairs(serve):
 
 def for_serving(model):
   """The classifier to export: `model` itself, its live weights, computing
-  as its saved encoder does (a rebuilt encoder, `bert.NativeEncoder`,
+  as its saved encoder does (a rebuilt encoder, `native.NativeEncoder`,
   serves its weights in float32)."""
-  if isinstance(model.encoder, bert.NativeEncoder):
+  if isinstance(model.encoder, native.NativeEncoder):
     return model.with_encoder(model.encoder.in_float32())
   return model
 
@@ -288,7 +288,7 @@ def for_serving(model):
 def host_copy(model, encoder):
   """A classifier on this host holding `model`'s weights (read from
   wherever they live: a TPU's), over `encoder` (a fresh load of the same
-  handle, or `bert.NativeEncoder`'s rebuild); `encoder.variables` must
+  handle, or `native.NativeEncoder`'s rebuild); `encoder.variables` must
   match `model.encoder.variables` in order and shape."""
   with tf.device("/cpu:0"):
     copy = model_lib.Classifier(
@@ -334,7 +334,7 @@ class RunExporter:
     model = self.state.model
     if not distribute.is_tpu(self.strategy):
       return model
-    if isinstance(model.encoder, bert.NativeEncoder):
+    if isinstance(model.encoder, native.NativeEncoder):
       encoder = model.encoder.host_twin()
     else:
       encoder = handles.load_on_host(self.config.encoder_handle,

@@ -36,7 +36,7 @@ import numpy as np
 import tensorflow as tf
 
 from trainer.data import preprocessing
-from trainer.encoders import bert
+from trainer.encoders import native
 from trainer.encoders import garden
 from trainer.encoders import hf_names
 from trainer.foundation import checks
@@ -111,10 +111,10 @@ def bert_encoder(loaded, handle):
   """The `bert.BertEncoder` equal to the run's loaded encoder: this
   project's (rebuilt from its saved config) or a Model Garden BERT's; an
   ExportError for any other."""
-  if isinstance(loaded, bert.NativeEncoder):  # a shared-rows run's, rebuilt
+  if isinstance(loaded, native.NativeEncoder):  # a shared-rows run's, rebuilt
     return loaded.encoder
-  if bert.saved_config(loaded) is not None:
-    return bert.NativeEncoder(loaded).encoder
+  if native.saved_config(loaded) is not None:
+    return native.NativeEncoder(loaded).encoder
   encoder = garden_encoder(loaded, handle)
   if encoder is None:
     sample = next((v.name for v in loaded.trainable_variables), "none")

@@ -385,12 +385,12 @@ def _actions(c, task, run, plan, state, evaluator, signals):
   return train_actions, evaluations, best, stop, closing
 
 
-def _build(run, strategy, signals):
-  """The rest of `setup`, once the run's folder is this process's."""
-  saved, run.config, shuffle = _resumed(run.config, run.shared)
-  c, task = run.config, run.task
-  preprocessor, encoder, route, rows = load_model(c, task, strategy)
-  splits, counts = inputs.splits_and_counts(c, task, run.out)
+def _layout(run, saved, strategy, preprocessor, rows):
+  """(splits, counts, packer, buckets, examples per bucket, row counts,
+  group): the run's data read and checked against the run's record, and
+  how its batches are laid out (`rows`: the encoder takes shared rows)."""
+  c = run.config
+  splits, counts = inputs.splits_and_counts(c, run.task, run.out)
   counts_lib.check_same_data((saved or {}).get("data"), counts, c.model_dir)
   packer = preprocessing.make_packer(preprocessor, c.seq_length)
   buckets, in_buckets = inputs.resolve_buckets(c, splits["train"], packer,
@@ -406,6 +406,16 @@ def _build(run, strategy, signals):
                                  c.bucket_group_batches)
   if ladder:
     group = shared_rows.group_size(c.steps_per_loop)
+  return splits, counts, packer, buckets, in_buckets, ladder, group
+
+
+def _build(run, strategy, signals):
+  """The rest of `setup`, once the run's folder is this process's."""
+  saved, run.config, shuffle = _resumed(run.config, run.shared)
+  c, task = run.config, run.task
+  preprocessor, encoder, route, rows = load_model(c, task, strategy)
+  splits, counts, packer, buckets, in_buckets, ladder, group = _layout(
+      run, saved, strategy, preprocessor, rows)
   plan = _plan(c, counts["train"]["rows_used"],
                buckets_lib.steps_per_epoch(in_buckets, c.batch_size))
   logging.info(
