@@ -32,14 +32,25 @@ def test_complete_takes_vertex_locations_for_unset_flags():
 
 
 def test_a_run_begun_under_a_former_default_resumes_with_it():
-  """--seq_buckets defaulted to auto before issue 37: such a run, resumed
-  with the flag unset, keeps auto; a run that said none, or a flag given
-  now, is left to the resume check."""
+  """--seq_buckets defaulted to auto before issue 37 and --shared_rows to
+  none before issue 44: such a run, resumed with the flag unset, keeps its
+  value; a run that said today's default, or a flag given now, is left to
+  the resume check; a record from before a flag ran its `missing` value."""
   c = config_lib.Config()
-  assert c.seq_buckets == "none"
-  kept, names = config_lib.run_defaults(c, dict(seq_buckets="auto"))
+  assert (c.seq_buckets, c.shared_rows) == ("none", "auto")
+  today = dict(seq_buckets="none", shared_rows="auto")
+  kept, names = config_lib.run_defaults(c, dict(today, seq_buckets="auto"))
   assert (kept.seq_buckets, names) == ("auto", ["seq_buckets"])
-  assert config_lib.run_defaults(c, dict(seq_buckets="none")) == (c, [])
-  assert config_lib.run_defaults(c, {}) == (c, [])  # predates the flag
+  kept, names = config_lib.run_defaults(c, dict(today, shared_rows="none"))
+  assert (kept.shared_rows, names) == ("none", ["shared_rows"])
+  assert config_lib.run_defaults(c, today) == (c, [])
+  # A record from before both flags: fixed shapes, no buckets.
+  kept, names = config_lib.run_defaults(c, {})
+  assert (kept.seq_buckets, kept.shared_rows, names) == ("none", "none",
+                                                         ["shared_rows"])
   given = config_lib.Config(seq_buckets="16,64")
-  assert config_lib.run_defaults(given, dict(seq_buckets="auto")) == (given, [])
+  assert config_lib.run_defaults(given, dict(today,
+                                             seq_buckets="auto")) == (given, [])
+  given = config_lib.Config(shared_rows="14,16")
+  assert config_lib.run_defaults(given, dict(today,
+                                             shared_rows="none")) == (given, [])

@@ -415,8 +415,9 @@ def test_early_stopping_keeps_and_restores_the_best_checkpoint(
   assert summary["final_step"] == best["step"] + 2 * 5
   assert summary["best_step"] == best["step"]
   assert best["evals_since_best"] == 2
-  # Steps per bucket are the whole run's, not the restored best one's.
-  assert sum(summary["steps_per_bucket"].values()) == summary["final_step"]
+  # Steps per row count (shared rows, the default) are the whole run's,
+  # not the restored best one's.
+  assert sum(summary["steps_per_rows"].values()) == summary["final_step"]
   # What the run reports and exports is the best model.
   assert summary["eval_loss"] == pytest.approx(best["value"], rel=1e-6)
   assert summary["export_dir"].endswith(f"/export/{best['step']}")
@@ -510,9 +511,12 @@ def test_vertex_ai_variables_choose_the_output_locations(
                                         "aip_ckpt")).endswith("ckpt-10")
   assert tf.io.gfile.glob(str(tmp_path / "aip_tb" / "train" / "events*"))
   assert (tmp_path / "aip_model" / "10" / "saved_model.pb").exists()
+  # The run's own folder keeps its records; length_stats.json is the
+  # length pass --shared_rows=auto made to choose its row counts.
   assert sorted(os.listdir(tmp_path / "run")) == [
-      "config.json", "data_stats.json", "summary.json", "train.log"
-  ]  # no length_stats.json: fixed shapes measure no lengths
+      "config.json", "data_stats.json", "length_stats.json", "summary.json",
+      "train.log"
+  ]
 
 
 class _StopAfter(actions.StopSignals):

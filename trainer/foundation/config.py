@@ -219,17 +219,19 @@ class Config:
       same=_same_buckets,
       former=("auto",))
   shared_rows: str = _flag(
-      "none", "Several examples per row of --seq_length tokens: a step "
+      "auto", "Several examples per row of --seq_length tokens: a step "
       "trains the same --batch_size examples as fixed shapes, each as if "
       "in a row of its own, in a few static row counts (each compiled "
-      "once). auto (row counts chosen from the training data's lengths; "
-      "one example a row for an encoder that cannot take shared rows, said "
-      "in the log), ascending row counts per batch (e.g. 14,16; multiples "
-      "of the replicas x --grad_accumulation_steps, not beside "
-      "--seq_buckets; a batch that fits none runs one example a row) or "
-      "none (fixed shapes). docs/shared_rows.md.",
+      "once). auto (the default: row counts chosen from the training "
+      "data's lengths; one example a row for an encoder that cannot take "
+      "shared rows or beside --seq_buckets, said in the log), ascending "
+      "row counts per batch (e.g. 14,16; multiples of the replicas x "
+      "--grad_accumulation_steps, not beside --seq_buckets; a batch that "
+      "fits none runs one example a row) or none (fixed shapes). "
+      "docs/shared_rows.md.",
       missing="none",
-      same=_same_rows)
+      same=_same_rows,
+      former=("none",))
   bucket_group_batches: int = _flag(
       buckets.GROUP_BATCHES,
       "With several --seq_buckets: how many batches "
