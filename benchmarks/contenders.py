@@ -60,8 +60,8 @@ def _minilm_vocab():
 def build_assets(workdir, size):
   """Writes `size`'s encoder + preprocessor; returns their paths and config."""
   from trainer.encoders import bert  # pylint: disable=g-import-not-at-top
-  from trainer.encoders import native  # pylint: disable=g-import-not-at-top
   from trainer.encoders import demo  # pylint: disable=g-import-not-at-top
+  from trainer.encoders import native  # pylint: disable=g-import-not-at-top
   from trainer.data import preprocessing  # pylint: disable=g-import-not-at-top
   demo_paths = demo.ensure_assets()
   if size == "demo":

@@ -14,10 +14,10 @@ import tensorflow_hub as hub
 import testing
 from trainer.data import preprocessing
 from trainer.encoders import bert
-from trainer.encoders import native
 from trainer.encoders import demo
 from trainer.encoders import dropout as dropout_lib
 from trainer.encoders import handles
+from trainer.encoders import native
 from trainer.model import classifier
 from trainer.model import optimization
 from trainer.training import train_step

@@ -36,9 +36,9 @@ import subprocess  # noqa: E402
 from trainer.commands import cli  # noqa: E402
 from trainer.data import splits as splits_lib  # noqa: E402
 from trainer.encoders import bert  # noqa: E402
-from trainer.encoders import native  # noqa: E402
 from trainer.encoders import demo  # noqa: E402
 from trainer.encoders import hf_import  # noqa: E402
+from trainer.encoders import native  # noqa: E402
 from trainer.foundation import checks  # noqa: E402
 from trainer.foundation import config as config_lib  # noqa: E402
 from trainer.foundation import tasks  # noqa: E402

@@ -8,10 +8,12 @@ import tensorflow as tf
 
 from trainer.encoders import bert
 
-from trainer.encoders import native
 from trainer.encoders import demo
+from trainer.encoders import native
 from trainer.foundation import config as config_lib
+from trainer.foundation import errors
 from trainer.foundation import tasks
+from trainer.training import inputs
 from trainer.training import launch
 
 
@@ -77,3 +79,30 @@ def test_shared_rows_need_an_encoder_that_takes_them(demo_paths, opaque_encoder,
       r"\(or auto, which falls back by itself\)$"):
     launch.load_model(
         dataclasses.replace(c, shared_rows="4"), tasks.resolve(c), strategy)
+
+
+def test_a_resume_keeps_the_encoder_its_checkpoint_holds():
+  """A run that began with its encoder rebuilt for shared rows (config.json
+  `shared_rows` a list, maybe empty) cannot resume where it would load as
+  is (a Model Garden BERT whose rebuild check fails on other hardware), nor
+  the other way round: one line naming the folder and the record. Records
+  from before the key, and starts that agree with theirs, pass."""
+  c = config_lib.Config(model_dir="/runs/a", encoder_handle="gs://b/enc")
+  for saved, rows in ((None, True), ({}, False), (dict(shared_rows=None),
+                                                  False),
+                      (dict(shared_rows=[15, 16]), True), (dict(shared_rows=[]),
+                                                           True)):
+    inputs.check_rows_resume(c, saved, rows)
+  with pytest.raises(errors.ConfigError) as e:
+    inputs.check_rows_resume(c, dict(shared_rows=[15, 16]), False)
+  assert str(e.value) == (
+      "/runs/a began with --encoder_handle=gs://b/enc rebuilt (config.json "
+      "shared_rows=[15, 16]), but this start cannot rebuild it, and the "
+      "run's checkpoint holds the other encoder's variables; resume where "
+      "the run began (the same device kind and TensorFlow) or start a new "
+      "--model_dir")
+  with pytest.raises(
+      errors.ConfigError,
+      match="as loaded .*shared_rows=None"
+      r"\), but this start rebuilds it"):
+    inputs.check_rows_resume(c, dict(shared_rows=None), True)

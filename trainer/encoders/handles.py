@@ -24,9 +24,9 @@ with warnings.catch_warnings():
   import tensorflow_hub as hub
 
 from trainer.data import preprocessing
-from trainer.encoders import native
 from trainer.encoders import demo
 from trainer.encoders import garden
+from trainer.encoders import native
 from trainer.foundation import config as config_lib
 from trainer.foundation import errors
 

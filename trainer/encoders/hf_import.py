@@ -28,8 +28,8 @@ import tensorflow as tf
 
 from trainer.data import preprocessing
 from trainer.encoders import bert
-from trainer.encoders import native
 from trainer.encoders import hf_names
+from trainer.encoders import native
 from trainer.foundation import errors
 
 ConversionError = errors.ConversionError

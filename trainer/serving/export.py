@@ -35,8 +35,8 @@ import tensorflow as tf
 from trainer.data import input_pipeline
 from trainer.data import preprocessing
 from trainer.data import row_layout
-from trainer.encoders import native
 from trainer.encoders import handles
+from trainer.encoders import native
 from trainer.foundation import checks
 from trainer.foundation import config as config_lib
 from trainer.foundation import errors

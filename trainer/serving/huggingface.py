@@ -36,9 +36,9 @@ import numpy as np
 import tensorflow as tf
 
 from trainer.data import preprocessing
-from trainer.encoders import native
 from trainer.encoders import garden
 from trainer.encoders import hf_names
+from trainer.encoders import native
 from trainer.foundation import checks
 from trainer.foundation import errors
 from trainer.foundation import tasks

@@ -109,6 +109,28 @@ def rows_encoder(c, encoder, strategy):
   return encoder, False
 
 
+def check_rows_resume(c, saved, rows):
+  """Raises ConfigError when the run resumed from config.json `saved` began
+  with its encoder rebuilt for shared rows (`shared_rows` a list) and this
+  start cannot rebuild it (`rows` false), or the other way round: whether a
+  Model Garden BERT is rebuilt is decided by comparing outputs, which
+  other hardware may fail, and the run's checkpoint holds the variables of
+  the encoder it began with. Records from before the key pass."""
+  if not saved or "shared_rows" not in saved:
+    return
+  began = saved["shared_rows"] is not None
+  if began == bool(rows):
+    return
+  raise errors.ConfigError(
+      f"{c.model_dir} began with --encoder_handle={c.encoder_handle} "
+      f"{'rebuilt' if began else 'as loaded'} (config.json shared_rows="
+      f"{saved['shared_rows']}), but this start "
+      f"{'cannot rebuild it' if began else 'rebuilds it'}, and the run's "
+      "checkpoint holds the other encoder's variables; resume where the run "
+      "began (the same device kind and TensorFlow) or start a new "
+      "--model_dir")
+
+
 def resolve_rows(c, split, packer, out, saved, multiple):
   """The row counts of a run that shares rows (`shared_rows`): as the run
   recorded them (config.json `shared_rows`, fitted to this replica count),

@@ -393,6 +393,7 @@ def _layout(run, saved, strategy, preprocessor, rows):
   splits, counts = inputs.splits_and_counts(c, run.task, run.out)
   counts_lib.check_same_data((saved or {}).get("data"), counts, c.model_dir)
   packer = preprocessing.make_packer(preprocessor, c.seq_length)
+  inputs.check_rows_resume(c, saved, rows)
   buckets, in_buckets = inputs.resolve_buckets(c, splits["train"], packer,
                                                counts["train"]["rows_used"],
                                                run.out, saved)
