@@ -90,6 +90,7 @@ def measure(csv_path,
   from trainer.foundation import tasks  # pylint: disable=g-import-not-at-top
   from trainer.encoders import demo  # pylint: disable=g-import-not-at-top
   from trainer.data import input_pipeline  # pylint: disable=g-import-not-at-top
+  from trainer.data import row_layout  # pylint: disable=g-import-not-at-top
   from trainer.encoders import handles  # pylint: disable=g-import-not-at-top
   from trainer.data import preprocessing  # pylint: disable=g-import-not-at-top
   from trainer.data import sources  # pylint: disable=g-import-not-at-top
@@ -118,7 +119,7 @@ def measure(csv_path,
   # Warm-up (tracing, the stripe scan, the first window, the first block of
   # shared rows): a block's worth of batches, as both layouts see it.
   warm = 0
-  while warm < max(3 * GROUP, input_pipeline.ROW_BLOCK // batch_size):
+  while warm < max(3 * GROUP, row_layout.ROW_BLOCK // batch_size):
     warm += int(next(it)["meta"][0, 1])
   done, start = 0, time.perf_counter()
   while done < batches:

@@ -72,7 +72,7 @@ def test_doctor_names_an_unwritable_model_dir(demo_paths, tmp_path):
 
 
 def test_doctor_reports_what_training_does_about_xla(no_dropout_encoder):
-  """The decision training takes (`launch.prepare`): a foreign encoder
+  """The decision training takes (`encoder_setup.prepare`): a foreign encoder
   trains without XLA, and --jit_compile=true on it fails, as training
   would; this project's encoder with --jit_compile=true is compiled."""
 

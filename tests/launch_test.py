@@ -7,14 +7,12 @@ import pytest
 import tensorflow as tf
 
 from trainer.encoders import bert
-
 from trainer.encoders import demo
 from trainer.encoders import native
 from trainer.foundation import config as config_lib
 from trainer.foundation import errors
 from trainer.foundation import tasks
-from trainer.training import inputs
-from trainer.training import launch
+from trainer.training import encoder_setup
 
 
 def test_seq_length_above_encoder_positions(demo_paths):
@@ -22,7 +20,7 @@ def test_seq_length_above_encoder_positions(demo_paths):
   with pytest.raises(
       config_lib.ConfigError,
       match=r"--seq_length=129 is invalid: the encoder has 128"):
-    launch.load_model(c, tasks.resolve(c), tf.distribute.get_strategy())
+    encoder_setup.load_model(c, tasks.resolve(c), tf.distribute.get_strategy())
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +52,8 @@ def test_shared_rows_need_an_encoder_that_takes_them(demo_paths, opaque_encoder,
         seq_length=32,
         shared_rows="auto",
         demo_cache_dir=demo_paths["root"])
-    _, model, route, rows = launch.load_model(c, tasks.resolve(c), strategy)
+    _, model, route, rows = encoder_setup.load_model(c, tasks.resolve(c),
+                                                     strategy)
     assert rows and isinstance(model, native.NativeEncoder), encoder
     assert route.note == "precision: float32"
   c = config_lib.Config(
@@ -63,7 +62,7 @@ def test_shared_rows_need_an_encoder_that_takes_them(demo_paths, opaque_encoder,
       seq_length=32,
       shared_rows="auto",
       demo_cache_dir=demo_paths["root"])
-  _, model, _, rows = launch.load_model(c, tasks.resolve(c), strategy)
+  _, model, _, rows = encoder_setup.load_model(c, tasks.resolve(c), strategy)
   assert not rows and not isinstance(model, native.NativeEncoder)
   said = [r.getMessage() for r in caplog.records if "Shared rows" in r.message]
   assert said == [
@@ -77,32 +76,51 @@ def test_shared_rows_need_an_encoder_that_takes_them(demo_paths, opaque_encoder,
       match=r"^--shared_rows=4 cannot apply: --encoder_handle=.* is a "
       r"SavedModel this trainer cannot rebuild .*; use --shared_rows=none "
       r"\(or auto, which falls back by itself\)$"):
-    launch.load_model(
+    encoder_setup.load_model(
         dataclasses.replace(c, shared_rows="4"), tasks.resolve(c), strategy)
 
 
-def test_a_resume_keeps_the_encoder_its_checkpoint_holds():
-  """A run that began with its encoder rebuilt for shared rows (config.json
-  `shared_rows` a list, maybe empty) cannot resume where it would load as
-  is (a Model Garden BERT whose rebuild check fails on other hardware), nor
-  the other way round: one line naming the folder and the record. Records
-  from before the key, and starts that agree with theirs, pass."""
-  c = config_lib.Config(model_dir="/runs/a", encoder_handle="gs://b/enc")
-  for saved, rows in ((None, True), ({}, False), (dict(shared_rows=None),
-                                                  False),
-                      (dict(shared_rows=[15, 16]), True), (dict(shared_rows=[]),
-                                                           True)):
-    inputs.check_rows_resume(c, saved, rows)
+def test_a_resume_keeps_the_encoder_its_checkpoint_holds(
+    demo_paths, opaque_encoder, caplog, info_logging):
+  """A resumed run keeps the encoder it began with, whose variables its
+  checkpoint holds (config.json `shared_rows`): null, a Model Garden BERT
+  stays as loaded, one example a row, even where it could be rebuilt; a
+  list (maybe empty), the encoder is rebuilt, and where it cannot be (a
+  rebuild check failing on other hardware) the start is one error line
+  naming the folder and the record. A record from before the key decides
+  nothing."""
+  strategy = tf.distribute.get_strategy()
+  garden = os.path.join(os.path.dirname(__file__), "data", "model_garden_bert")
+  c = config_lib.Config(
+      model_dir="/runs/a",
+      encoder_handle=os.path.join(garden, "encoder"),
+      preprocessor_handle=os.path.join(garden, "preprocessor"),
+      seq_length=32)
+  for saved, rebuilt in ((dict(shared_rows=None),
+                          False), ({}, True), (dict(shared_rows=[]), True),
+                         (dict(shared_rows=[15, 16]), True)):
+    _, model, _, rows = encoder_setup.load_model(c, tasks.resolve(c), strategy,
+                                                 saved)
+    assert rows == rebuilt, saved
+    assert isinstance(model, native.NativeEncoder) == rebuilt, saved
+  said = [r.getMessage() for r in caplog.records if "Shared rows" in r.message]
+  assert said == [
+      "Shared rows: off, one example a row, as the run began (config.json "
+      "shared_rows null)"
+  ]
+  c = dataclasses.replace(
+      c,
+      encoder_handle=opaque_encoder,
+      preprocessor_handle=demo_paths["preprocessor"],
+      demo_cache_dir=demo_paths["root"])
   with pytest.raises(errors.ConfigError) as e:
-    inputs.check_rows_resume(c, dict(shared_rows=[15, 16]), False)
+    encoder_setup.load_model(c, tasks.resolve(c), strategy,
+                             dict(shared_rows=[15, 16]))
   assert str(e.value) == (
-      "/runs/a began with --encoder_handle=gs://b/enc rebuilt (config.json "
-      "shared_rows=[15, 16]), but this start cannot rebuild it, and the "
-      "run's checkpoint holds the other encoder's variables; resume where "
+      "/runs/a began with the encoder rebuilt for shared rows (config.json "
+      "shared_rows=[15, 16]), and its checkpoint holds that encoder's "
+      f"variables, but here --encoder_handle={opaque_encoder} is a "
+      "SavedModel this trainer cannot rebuild (neither its own encoder nor a "
+      "Model Garden BERT), whose graph takes one example a row; resume where "
       "the run began (the same device kind and TensorFlow) or start a new "
       "--model_dir")
-  with pytest.raises(
-      errors.ConfigError,
-      match="as loaded .*shared_rows=None"
-      r"\), but this start rebuilds it"):
-    inputs.check_rows_resume(c, dict(shared_rows=None), True)

@@ -28,7 +28,7 @@ from trainer.model import classifier as model_lib
 from trainer.model import optimization
 from trainer.model import precision as precision_lib
 from trainer.runtime import host
-from trainer.training import launch
+from trainer.training import encoder_setup
 from trainer.training import train_step
 
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
@@ -57,7 +57,7 @@ def _config(precision, **kwargs):
 
 def _route(c, strategy, encoder):
   """(the encoder prepared, the Route) as the trainer decides them."""
-  return launch.prepare(
+  return encoder_setup.prepare(
       strategy,
       encoder,
       precision=c.precision,
@@ -374,10 +374,10 @@ _PROBE = r"""
 import json
 import tensorflow as tf
 from trainer.runtime import distribute
-from trainer.training import launch
+from trainer.training import encoder_setup
 class Foreign(tf.Module):
   pass
-_, route = launch.prepare(
+_, route = encoder_setup.prepare(
     distribute.build_strategy("", "auto"), Foreign(), precision="bfloat16",
     jit_compile=False, encoder_handle="demo")
 note = route.note

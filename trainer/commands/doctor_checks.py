@@ -30,7 +30,7 @@ from trainer.model import optimization
 from trainer.runtime import distribute
 from trainer.runtime import stack
 from trainer.training import inputs
-from trainer.training import launch
+from trainer.training import encoder_setup
 from trainer.training import train_step
 
 
@@ -162,12 +162,12 @@ def _without_xla(c, own_encoder):
 
 
 def check_xla(c, strategy, encoder):
-  """What training would do about XLA (`launch.prepare`, the same
+  """What training would do about XLA (`encoder_setup.prepare`, the same
   decision), and with XLA on, whether one replica train step compiles."""
   if distribute.is_tpu(strategy):
     return Check("xla", True, "TPU: the step is compiled at the first loop")
   try:
-    prepared, route = launch.prepare(
+    prepared, route = encoder_setup.prepare(
         strategy,
         encoder,
         precision=c.precision,

@@ -14,7 +14,6 @@ import tensorflow as tf
 from trainer.data import preprocessing
 from trainer.data import row_layout
 from trainer.data import splits
-from trainer.foundation import shared_rows
 
 
 def usable_rows(split, stripes=1):
@@ -103,12 +102,20 @@ def _measured(packer, buckets):
 
   def fn(texts, labels):
     features = pack(texts, labels)
-    length = tf.reduce_sum(features["input_mask"], axis=1)
+    length = row_layout.lengths_of(features)
     features["length"] = length
     features["bucket"] = tf.cast(bucket_of(edges, length), tf.int64)
     return features
 
   return fn
+
+
+def _measure_all(rows, measure):
+  """Rows -> `measure`d examples, one element each (packed in parallel
+  batches of _PACK_ROWS)."""
+  return rows.batch(_PACK_ROWS).map(
+      measure, num_parallel_calls=tf.data.AUTOTUNE,
+      deterministic=True).unbatch()
 
 
 def length_histogram(split, packer, seq_length):
@@ -194,84 +201,6 @@ def _with_meta(groups, batch, first):
   return groups.scan(tf.cast(first, tf.int64), number)
 
 
-# Shared rows: rows tokenized and laid out per map call, about (whole
-# groups): first-fit decreasing is one loop over a batch's examples for
-# all the call's batches at once, so its cost is per call.
-ROW_BLOCK = 2048
-
-
-def _row_block(packer, batch, pad_rows, ladder, seq_length):
-  """(texts, labels) of up to ROW_BLOCK consecutive rows -> their whole
-  batches in rows (`row_layout.block_layout`), rows first (a strategy
-  splits them), batches second: features [batch (the most rows a batch can
-  need), count, width], of which batch i uses the first `sizes[i]` rows.
-  With `pad_rows` (eval) the last batch is filled with empty examples
-  (length and weight 0); else the rows past the last whole batch are
-  dropped, as fixed shapes drop them. Runs in tf.data's parallel map, so
-  the placement and the layout add no sequential stage."""
-  pack = _pack_batch(packer)
-
-  def fn(texts, labels):
-    features = pack(texts, labels)
-    features["length"] = tf.reduce_sum(features["input_mask"], axis=1)
-    n = tf.shape(labels)[0]
-    count = (n + batch - 1) // batch if pad_rows else n // batch
-    used = count * batch
-    if pad_rows:
-      features["weight"] = tf.ones([n], tf.float32)
-    out = {}
-    for key in ("input_word_ids", "input_type_ids", "label", "length") + (
-        ("weight",) if pad_rows else ()):
-      value = features[key]
-      value = tf.pad(value, [[0, used - n]] + [[0, 0]] *
-                     (len(value.shape) - 1)) if pad_rows else value[:used]
-      out[key] = tf.reshape(
-          value, tf.concat([[count, batch], tf.shape(value)[1:]], 0))
-    laid, sizes = row_layout.block_layout(out, ladder, seq_length)
-    laid = {k: tf.transpose(v, [1, 0, 2]) for k, v in laid.items()}
-    laid["sizes"] = sizes
-    return laid
-
-  return fn
-
-
-def _row_groups(blocks, group_size, seq_length, first):
-  """Blocks (`_row_block`) -> groups: each run of consecutive batches at
-  one row count, cut every `group_size` batches from the block's start, is
-  one group, in order, its features [rows, group_size, ...] (rows first: a
-  strategy splits them), batch g of the group at [:, g], the group axis
-  filled with zeros past its `count`; `meta` [rows, 2] = (its first
-  batch's stream position, its count). `first(i)` is the stream position
-  of block i's first batch."""
-  slots = shared_rows.slots_per_row(seq_length)
-
-  def runs(index, block):
-    sizes = block["sizes"]
-    count = tf.shape(sizes)[0]
-    change = tf.logical_or(
-        tf.concat([[True], sizes[1:] != sizes[:-1]], 0),
-        tf.range(count) % group_size == 0)
-    starts = tf.cast(tf.where(change)[:, 0], tf.int32)
-    ends = tf.concat([starts[1:], [count]], 0)
-    start_position = tf.cast(first(index), tf.int32)
-
-    def one(start, end):
-      rows, group = sizes[start], {}
-      for key in row_layout.TOKEN_FEATURES + row_layout.SLOT_FEATURES:
-        value = tf.pad(block[key][:rows, start:end],
-                       [[0, 0], [0, group_size - (end - start)], [0, 0]])
-        width = seq_length if key in row_layout.TOKEN_FEATURES else slots
-        group[key] = tf.ensure_shape(value, [None, group_size, width])
-      group["meta"] = tf.tile(
-          tf.stack([start_position + start, end - start])[tf.newaxis],
-          [rows, 1])
-      return group
-
-    return tf.data.Dataset.from_tensor_slices((starts, ends)).map(one)
-
-  return blocks.enumerate().flat_map(runs)
-
-
 def train_groups(split,
                  packer,
                  buckets,
@@ -286,53 +215,43 @@ def train_groups(split,
                  rows=None):
   """The endless training stream in groups, from batch position `start_step`.
 
-  Epoch e is the split's usable rows (a file read at `read_stripes` places
-  in round-robin) shuffled with seed (seed, e) in windows of
-  `shuffle_buffer` rows (`shuffle`: how, see SHUFFLE),
-  tokenized and packed, each row routed to the smallest of `buckets` that
-  holds it, and cut per bucket into full batches of `global_batch_size`
-  (a bucket's remainder is dropped, so shapes never change):
-  `steps_per_epoch` of them, sum over the buckets (`buckets.steps_per_epoch`).
-  Batches come in groups of up to `group_size` of one bucket, the order a
-  pure function of (seed, epoch, position). With one bucket the batches
-  before `start_step` are skipped before any tokenization; with several,
-  the rows of the epoch up to there are tokenized to find their buckets.
-
-  With `rows` (a ladder of row counts: shared rows, one bucket of
-  --seq_length), each batch is the same `global_batch_size` rows as at
-  fixed shapes, laid out in rows (`row_layout`), and a group is a run of
-  up to `group_size` consecutive batches at one row count (`_row_groups`).
+  Epoch e is the split's usable rows (read at `read_stripes` places in
+  round-robin) shuffled with seed (seed, e) in windows of `shuffle_buffer`
+  rows (`shuffle`: see SHUFFLE), tokenized, packed, routed to the smallest
+  of `buckets` that holds each and cut per bucket into full batches of
+  `global_batch_size` (a remainder is dropped: shapes never change),
+  `steps_per_epoch` in all (`buckets.steps_per_epoch`), in groups of up to
+  `group_size` batches of one bucket; the order is a pure function of
+  (seed, epoch, position). With `rows` (shared rows: the row counts, one
+  bucket) the same batches are laid out in rows, a group being a run of
+  batches at one row count (`row_layout.stream`).
 
   Returns:
-    Dataset of groups, dicts of `input_word_ids`, `input_mask`,
-    `input_type_ids` int32 [global_batch_size, group_size, bucket], `label`
-    int32 (float32 for regression) [global_batch_size, group_size] and
-    `meta` int32 [global_batch_size, 2] (the stream position of the group's
-    first batch, its count of real batches; the same on every row).
+    Dataset of groups: `input_word_ids`, `input_mask`, `input_type_ids`
+    int32 [global_batch_size, group_size, bucket], `label` int32 (float32
+    for regression) [global_batch_size, group_size], `meta` int32
+    [global_batch_size, 2] (the stream position of the group's first batch,
+    its count of real batches, on every row).
   """
   start_epoch, offset = divmod(start_step, steps_per_epoch)
   base = usable_rows(split, read_stripes)
   measure = _measured(packer, buckets)
-  # Batches per block: a group's, or with shared rows enough groups to lay
-  # out about ROW_BLOCK rows at once (`_row_block`).
+  # Batches per block: a group's, or those laid out at once in shared rows.
   block = group_size
   if rows is not None:
-    block *= max(1, ROW_BLOCK // (global_batch_size * group_size))
+    block = row_layout.block_batches(global_batch_size, group_size)
   rows_per_group = global_batch_size * block
 
   def epoch(e, skip_groups):
-    epoch_seed = tf.bitwise.bitwise_xor(
-        tf.cast(seed, tf.int64) * 1_000_003, tf.cast(e, tf.int64))
-    ordered = _epoch_order(base, shuffle, shuffle_buffer, epoch_seed)
+    ordered = _epoch_order(base, shuffle, shuffle_buffer, _epoch_seed(seed, e))
     ordered = ordered.skip(skip_groups * rows_per_group)
     first = tf.cast(e, tf.int64) * steps_per_epoch + skip_groups * block
     if rows is not None:
-      return _row_epoch(ordered, packer, rows, buckets[-1], global_batch_size,
-                        group_size, block, first)
-    ordered = ordered.batch(_PACK_ROWS).map(
-        measure, num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=True).unbatch()
-    groups = _grouped(ordered, buckets, global_batch_size, group_size, False)
+      return row_layout.stream(ordered, packer, rows, buckets[-1],
+                               global_batch_size, group_size, False, first)
+    groups = _grouped(
+        _measure_all(ordered, measure), buckets, global_batch_size, group_size,
+        False)
     return _with_meta(groups, global_batch_size, first)
 
   # One bucket: groups of the first epoch before `offset` skipped as raw
@@ -340,26 +259,24 @@ def train_groups(split,
   # position are dropped (their rows' buckets need tokenizing). Shared rows
   # skip whole blocks the same way.
   skip = offset // block if len(buckets) == 1 else 0
+  return _endless(epoch, start_epoch, skip, start_step)
+
+
+def _epoch_seed(seed, e):
+  return tf.bitwise.bitwise_xor(
+      tf.cast(seed, tf.int64) * 1_000_003, tf.cast(e, tf.int64))
+
+
+def _endless(epoch, start_epoch, skip, start_step):
+  """The groups of `epoch(e, skip_groups)` for e = `start_epoch` (its first
+  `skip` groups skipped), `start_epoch` + 1, ..., without those that end
+  at or before batch position `start_step`."""
   ds = epoch(start_epoch, skip).concatenate(
       tf.data.Dataset.range(start_epoch + 1,
                             1 << 62).flat_map(lambda e: epoch(e, 0)))
   ds = ds.filter(lambda g: tf.cast(g["meta"][0, 0] + g["meta"][0, 1], tf.int64)
                  > start_step)
   return ds.prefetch(2)
-
-
-def _row_epoch(ordered, packer, rows, seq_length, batch_size, group_size, block,
-               first):
-  """An epoch's ordered rows in shared rows: `block` batches laid out at
-  once (`_row_block`), then runs of up to `group_size` batches at one row
-  count (`_row_groups`), block i's first batch at stream position
-  `first + i * block`."""
-  blocks = ordered.batch(batch_size * block).map(
-      _row_block(packer, batch_size, False, rows, seq_length),
-      num_parallel_calls=tf.data.AUTOTUNE,
-      deterministic=True).filter(lambda b: tf.size(b["sizes"]) > 0)
-  return _row_groups(blocks, group_size, seq_length,
-                     lambda i: first + tf.cast(i, tf.int64) * block)
 
 
 def eval_groups(split,
@@ -375,23 +292,18 @@ def eval_groups(split,
   batches. With `rows` (shared rows), batches of the split's consecutive
   rows in rows, the last one's empty slots of weight 0."""
   if rows is not None:
-    block = group_size * max(1, ROW_BLOCK // (global_batch_size * group_size))
-    blocks = usable_rows(split).batch(global_batch_size * block).map(
-        _row_block(packer, global_batch_size, True, rows, buckets[-1]),
-        num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=True)
-    return _row_groups(blocks, group_size, buckets[-1],
-                       lambda i: tf.cast(i, tf.int64) * block).prefetch(2)
+    return row_layout.stream(
+        usable_rows(split), packer, rows, buckets[-1], global_batch_size,
+        group_size, True).prefetch(2)
 
   def weighted(texts, labels):
     features = _measured(packer, buckets)(texts, labels)
     features["weight"] = tf.ones_like(features["length"], tf.float32)
     return features
 
-  rows = usable_rows(split).batch(_PACK_ROWS).map(
-      weighted, num_parallel_calls=tf.data.AUTOTUNE,
-      deterministic=True).unbatch()
-  groups = _grouped(rows, buckets, global_batch_size, group_size, True)
+  groups = _grouped(
+      _measure_all(usable_rows(split), weighted), buckets, global_batch_size,
+      group_size, True)
   return _with_meta(groups, global_batch_size, 0).prefetch(2)
 
 

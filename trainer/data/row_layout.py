@@ -4,7 +4,8 @@ shared_rows` says why, and holds the NumPy reference of the bin packing).
 
 Host side, in tf.data (training, eval) and in the export's `shared_rows`
 signature: `first_fit_decreasing` places each example, `to_rows` scatters
-the examples' tokens into the rows. What the encoder receives per row:
+the examples' tokens into the rows, `stream` turns a tf.data stream of
+examples into groups of batches in rows. What the encoder receives per row:
 
     input_word_ids, input_type_ids      [rows, seq_length] int32, as packed
     input_example_ids                   [rows, seq_length] int32: 1 + the
@@ -143,27 +144,16 @@ def to_rows(batches, lengths, placement, num_rows, slots):
   example = per_slot(tf.broadcast_to(tf.range(1, size + 1), tf.shape(row))) - 1
   starts = per_slot(tf.where(real, offset, 0))
   used = tf.reduce_max(per_slot(tf.where(real, offset + lengths, 0)), axis=2)
-  # Per token, by gathers: a row's examples lie end to end from position 0
-  # in slot order (first-fit puts each at its row's end), so the slot of
-  # position p is the count of examples starting at or before it, minus 1.
   marks = scatter(global_row * seq_length + offset, tf.ones_like(row),
                   count * num_rows * seq_length)
-  slot_of = tf.maximum(tf.cumsum(marks, axis=2) - 1, 0)
-  position = tf.range(seq_length)[tf.newaxis, tf.newaxis, :]
-  on = position < used[:, :, tf.newaxis]
-  within = position - tf.gather(starts, slot_of, batch_dims=2)
-  from_example = tf.gather(example, slot_of, batch_dims=2)
-  source = (tf.range(count)[:, tf.newaxis, tf.newaxis] * size +
-            tf.maximum(from_example, 0)) * seq_length + within
+  on, slot_of, within, source = _token_map(marks, starts, example, used, size)
 
   def tokens(values):
     # A zero after the values is what padding reads (an empty batch too).
     flat = tf.concat([tf.reshape(values, [-1]), tf.zeros([1], values.dtype)], 0)
     return tf.gather(flat, tf.where(on, source, tf.size(values)))
 
-  weight = batches.get("weight")
-  if weight is None:
-    weight = tf.ones(tf.shape(lengths), tf.float32)
+  weight = batches.get("weight", tf.ones(tf.shape(lengths), tf.float32))
   return dict(
       input_word_ids=tokens(ids),
       input_type_ids=tokens(batches["input_type_ids"]),
@@ -173,6 +163,24 @@ def to_rows(batches, lengths, placement, num_rows, slots):
       input_example_index=tf.maximum(example, 0),
       label=per_slot(batches["label"]),
       weight=per_slot(tf.where(real, weight, 0.0)))
+
+
+def _token_map(marks, starts, example, used, size):
+  """Per token of the rows ([batches, rows, seq_length], by gathers):
+  whether an example holds it, its slot, its position within its example,
+  and where it comes from in the flat [batches, `size`, seq_length]
+  examples. A row's examples lie end to end from position 0 in slot order
+  (first-fit puts each at its row's end), so the slot of position p is the
+  count of examples starting at or before it (`marks`), minus 1."""
+  count, seq_length = tf.shape(marks)[0], tf.shape(marks)[2]
+  slot_of = tf.maximum(tf.cumsum(marks, axis=2) - 1, 0)
+  position = tf.range(seq_length)[tf.newaxis, tf.newaxis, :]
+  on = position < used[:, :, tf.newaxis]
+  within = position - tf.gather(starts, slot_of, batch_dims=2)
+  from_example = tf.gather(example, slot_of, batch_dims=2)
+  source = (tf.range(count)[:, tf.newaxis, tf.newaxis] * size +
+            tf.maximum(from_example, 0)) * seq_length + within
+  return on, slot_of, within, source
 
 
 def block_layout(batches, ladder, seq_length):
@@ -227,3 +235,109 @@ def pack_texts(packer, texts, seq_length):
   rows = to_rows(batches, lengths, placement, num_rows, slots)
   row, slot, _ = placement
   return {k: rows[k][0] for k in ROW_INPUTS}, row[0] * slots + slot[0]
+
+
+# Shared rows: rows tokenized and laid out per map call, about (whole
+# groups): first-fit decreasing is one loop over a batch's examples for
+# all the call's batches at once, so its cost is per call.
+ROW_BLOCK = 2048
+
+
+def _block(packer, batch, pad_rows, ladder, seq_length):
+  """(texts, labels) of up to ROW_BLOCK consecutive rows -> their whole
+  batches in rows (`block_layout`), rows first (a strategy
+  splits them), batches second: features [batch (the most rows a batch can
+  need), count, width], of which batch i uses the first `sizes[i]` rows.
+  With `pad_rows` (eval) the last batch is filled with empty examples
+  (length and weight 0); else the rows past the last whole batch are
+  dropped, as fixed shapes drop them. Runs in tf.data's parallel map, so
+  the placement and the layout add no sequential stage."""
+
+  def fn(texts, labels):
+    features = packer(texts)
+    features["label"] = labels
+    features["length"] = lengths_of(features)
+    n = tf.shape(labels)[0]
+    count = (n + batch - 1) // batch if pad_rows else n // batch
+    used = count * batch
+    if pad_rows:
+      features["weight"] = tf.ones([n], tf.float32)
+    out = {}
+    for key in ("input_word_ids", "input_type_ids", "label", "length") + (
+        ("weight",) if pad_rows else ()):
+      value = features[key]
+      value = tf.pad(value, [[0, used - n]] + [[0, 0]] *
+                     (len(value.shape) - 1)) if pad_rows else value[:used]
+      out[key] = tf.reshape(
+          value, tf.concat([[count, batch], tf.shape(value)[1:]], 0))
+    laid, sizes = block_layout(out, ladder, seq_length)
+    laid = {k: tf.transpose(v, [1, 0, 2]) for k, v in laid.items()}
+    laid["sizes"] = sizes
+    return laid
+
+  return fn
+
+
+def _groups(blocks, group_size, seq_length, first):
+  """Blocks (`_block`) -> groups: each run of consecutive batches at
+  one row count, cut every `group_size` batches from the block's start, is
+  one group, in order, its features [rows, group_size, ...] (rows first: a
+  strategy splits them), batch g of the group at [:, g], the group axis
+  filled with zeros past its `count`; `meta` [rows, 2] = (its first
+  batch's stream position, its count). `first(i)` is the stream position
+  of block i's first batch."""
+  slots = shared_rows.slots_per_row(seq_length)
+
+  def runs(index, block):
+    sizes = block["sizes"]
+    count = tf.shape(sizes)[0]
+    change = tf.logical_or(
+        tf.concat([[True], sizes[1:] != sizes[:-1]], 0),
+        tf.range(count) % group_size == 0)
+    starts = tf.cast(tf.where(change)[:, 0], tf.int32)
+    ends = tf.concat([starts[1:], [count]], 0)
+    start_position = tf.cast(first(index), tf.int32)
+
+    def one(start, end):
+      rows, group = sizes[start], {}
+      for key in TOKEN_FEATURES + SLOT_FEATURES:
+        value = tf.pad(block[key][:rows, start:end],
+                       [[0, 0], [0, group_size - (end - start)], [0, 0]])
+        width = seq_length if key in TOKEN_FEATURES else slots
+        group[key] = tf.ensure_shape(value, [None, group_size, width])
+      group["meta"] = tf.tile(
+          tf.stack([start_position + start, end - start])[tf.newaxis],
+          [rows, 1])
+      return group
+
+    return tf.data.Dataset.from_tensor_slices((starts, ends)).map(one)
+
+  return blocks.enumerate().flat_map(runs)
+
+
+def block_batches(batch, group_size):
+  """Batches laid out per map call (`_block`): whole groups, about
+  ROW_BLOCK rows."""
+  return group_size * max(1, ROW_BLOCK // (batch * group_size))
+
+
+def stream(examples,
+           packer,
+           ladder,
+           seq_length,
+           batch,
+           group_size,
+           pad_rows,
+           first=0):
+  """(text, label) elements in their order -> groups in shared rows:
+  `block_batches` batches laid out per parallel map call (`_block`; with
+  `pad_rows` the last batch filled, else the rows past the last whole batch
+  dropped), then each run of up to `group_size` batches at one row count
+  one group (`_groups`), the stream position of the first batch `first`."""
+  block = block_batches(batch, group_size)
+  blocks = examples.batch(batch * block).map(
+      _block(packer, batch, pad_rows, ladder, seq_length),
+      num_parallel_calls=tf.data.AUTOTUNE,
+      deterministic=True).filter(lambda b: tf.size(b["sizes"]) > 0)
+  return _groups(blocks, group_size, seq_length,
+                 lambda i: first + tf.cast(i, tf.int64) * block)

@@ -242,7 +242,7 @@ class BertEncoder(tf.Module):
       training: whether dropout is active.
       compute_dtype: "float32", or "bfloat16" for mixed precision (bfloat16
         matmuls, everything else float32; see `_matmul`). Saved encoders
-        are traced in float32; see `NativeEncoder` for bfloat16.
+        are traced in float32; see `native.NativeEncoder` for bfloat16.
       hashed_dropout: draw dropout masks keyed by example
         (`dropout.keep_mask`: the same masks in shared rows as one example
         a row) instead of Philox (saved encoders use Philox).

@@ -8,13 +8,13 @@ WordPiece vocabulary of `tokenizer.json`), with
 `tokenizer_config.json` for lower-casing; other model types are refused
 by name. OUT receives
 
-    OUT/encoder        the TF Hub BERT encoder interface (trainer.bert)
+    OUT/encoder        the TF Hub BERT encoder interface (encoders.native)
     OUT/preprocessor   the bert_en_uncased_preprocess interface
     OUT/conversion.json  what was read and how
 
 to be trained with `--encoder_handle=OUT/encoder
 --preprocessor_handle=OUT/preprocessor`. The weights go into the same
-`trainer.bert.BertEncoder` the embedded demo uses; nothing needs PyTorch or
+`bert.BertEncoder` the embedded demo uses; nothing needs PyTorch or
 transformers at conversion time (the `safetensors` package reads the
 weights; `hf_names` maps them).
 """
@@ -73,7 +73,7 @@ def _read_json(path):
 
 
 def read_config(hf_dir):
-  """config.json -> trainer.bert.BertConfig; unsupported models are errors."""
+  """config.json -> bert.BertConfig; unsupported models are errors."""
   path = os.path.join(hf_dir, "config.json")
   if not tf.io.gfile.exists(path):
     raise ConversionError(

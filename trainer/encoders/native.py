@@ -115,14 +115,15 @@ class NativeEncoder(tf.__internal__.tracking.AutoTrackable):
   Args:
     loaded: the `hub.load`ed encoder (it must have `get_config_json`).
     compute_dtype: "float32" (the saved graph's math, bit for bit) or
-      "bfloat16" / "float16" (matmuls in that dtype; see `_matmul`).
+      "bfloat16" / "float16" (matmuls in that dtype; see `bert._matmul`).
     hashed_dropout: draw dropout masks keyed by example (`dropout`).
   """
 
   def __init__(self, loaded, compute_dtype="float32", hashed_dropout=False):
     config = saved_config(loaded)
     if config is None:
-      raise ValueError("not an encoder saved by trainer.native.save_encoder")
+      raise ValueError(
+          "not an encoder saved by trainer.encoders.native.save_encoder")
     self.compute_dtype = compute_dtype
     self.hashed_dropout = hashed_dropout
     self.encoder = bert.BertEncoder(config)

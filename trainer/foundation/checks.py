@@ -13,6 +13,7 @@ import re
 from trainer.foundation import buckets
 from trainer.foundation import config as config_lib
 from trainer.foundation import errors
+from trainer.foundation import kinds
 from trainer.foundation import shared_rows
 from trainer.foundation import tasks
 
@@ -70,7 +71,7 @@ def path_kind(flag, path):
 
 def _check_fields(c):
   """Each field's kind, own choices and rule (the metadata above)."""
-  config_lib.check_kinds(c)
+  kinds.check_kinds(c)
   for name, f in FIELDS.items():
     value = getattr(c, name)
     choices = f.metadata["choices"]

@@ -12,12 +12,12 @@ learns from it. No TensorFlow at import time, so
 import dataclasses
 import math
 import os
-import typing
 
 from absl import logging
 
 from trainer.foundation import buckets
 from trainer.foundation import errors
+from trainer.foundation import kinds
 from trainer.foundation import shared_rows
 from trainer.foundation import tasks
 
@@ -94,14 +94,23 @@ _COUNT = (lambda v: v >= 0, "must be >= 0 (0 = only at the end)")
 _UNIT = (_finite(lambda v: 0.0 <= v <= 1.0), "must be in [0, 1]")
 
 
-def _same_buckets(old, new, c):
-  """Two --seq_buckets spellings of one choice (AUTO, " 8 , 16 " and
-  8,16,<seq_length>)."""
-  try:
-    return buckets.parse(str(old),
-                         c.seq_length) == buckets.parse(str(new), c.seq_length)
-  except errors.ConfigError:
-    return False
+def _same_when(parse):
+  """A `same`: two values are one choice when `parse(value, config)`
+  reads them alike (never when either is invalid)."""
+
+  def same(old, new, c):
+    try:
+      return parse(old, c) == parse(new, c)
+    except errors.ConfigError:
+      return False
+
+  return same
+
+
+# AUTO, " 8 , 16 " and 8,16,<seq_length> are one --seq_buckets choice;
+# "AUTO" and " 14 , 16 " one --shared_rows choice.
+_same_buckets = _same_when(lambda v, c: buckets.parse(str(v), c.seq_length))
+_same_rows = _same_when(lambda v, c: shared_rows.parse(v))
 
 
 def _same_group(old, new, c):
@@ -109,15 +118,6 @@ def _same_group(old, new, c):
   del old, new
   try:
     return buckets.parse(c.seq_buckets, c.seq_length) == (c.seq_length,)
-  except errors.ConfigError:
-    return False
-
-
-def _same_rows(old, new, c):
-  """Two --shared_rows spellings of one choice ("AUTO", " 14 , 16 ")."""
-  del c
-  try:
-    return shared_rows.parse(old) == shared_rows.parse(new)
   except errors.ConfigError:
     return False
 
@@ -388,38 +388,6 @@ def changed_fields(c):
   return {name for name, f in FIELDS.items() if getattr(c, name) != f.default}
 
 
-# The kinds a field may hold: exactly Python's (a numpy scalar would fail
-# later, when config.json is written), an int where a float belongs.
-_KINDS = {
-    int: ("a whole number", lambda v: type(v) is int),
-    float: ("a number", lambda v: type(v) in (int, float)),
-    str: ("a string", lambda v: isinstance(v, str)),
-    bool: ("True or False", lambda v: type(v) is bool),
-    type(None): ("None", lambda v: v is None),
-}
-
-
-def _kind_error(kind, value):
-  """What is wrong with `value` for a field annotated `kind` (int, float,
-  str, bool or a union of them), or None. A Python API caller can pass any
-  object; the command line's absl flags always give the annotated kind."""
-  kinds = typing.get_args(kind) or (kind,)
-  if any(_KINDS[k][1](value) for k in kinds):
-    return None
-  wanted = " or ".join(_KINDS[k][0] for k in kinds)
-  return f"must be {wanted}, not {type(value).__name__}"
-
-
-def check_kinds(c):
-  """Raises ConfigError for the first field of `c` of the wrong kind
-  (before anything reads the fields: `complete`, `checks.validate`)."""
-  for f in dataclasses.fields(c):
-    value = getattr(c, f.name)
-    wrong = _kind_error(f.type, value)
-    if wrong:
-      raise errors.ConfigError(f"--{f.name}={value!r} is invalid: {wrong}")
-
-
 def complete(c, given=None, environ=None):
   """Fills the fields the user did not set, as `python -m trainer.main` does.
 
@@ -434,7 +402,7 @@ def complete(c, given=None, environ=None):
     The completed Config: Vertex AI's locations for unset location flags,
     and the demo's defaults for unset fields of a demo run.
   """
-  check_kinds(c)
+  kinds.check_kinds(c)
   given = changed_fields(c) if given is None else set(given)
   environ = os.environ if environ is None else environ
   values = {}

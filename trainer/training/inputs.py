@@ -75,15 +75,25 @@ def resolve_buckets(c, split, packer, rows_used, out, saved=None):
   return chosen, buckets_lib.counts(histogram, chosen)
 
 
-def rows_encoder(c, encoder, strategy):
+def rows_encoder(c, encoder, strategy, saved=None):
   """(the encoder, whether the run lays its batches in shared rows) for
   --shared_rows: the encoder rebuilt (`handles.rebuilt`, under the
   strategy's scope) when rows are asked for and it can take them. `auto`
   beside --seq_buckets, or with an encoder that cannot take them (an opaque
   SavedModel), keeps one example a row and says why; an explicit row count
-  list with such an encoder is a ConfigError."""
+  list with such an encoder is a ConfigError. A resumed run (config.json
+  `saved`) keeps what it began with, as its checkpoint holds that
+  encoder's variables: its `shared_rows` null, one example a row and the
+  encoder as loaded; a list, the encoder rebuilt, or a ConfigError where
+  it cannot be (a Model Garden BERT is rebuilt only where its outputs
+  match the loaded ones, which other hardware may fail)."""
   spec = shared_rows.parse(c.shared_rows)
+  began = (saved or {}).get("shared_rows", ())
   if spec == shared_rows.NONE:
+    return encoder, False
+  if began is None:
+    logging.info("Shared rows: off, one example a row, as the run began "
+                 "(config.json shared_rows null)")
     return encoder, False
   if buckets_lib.parse(c.seq_buckets, c.seq_length) != (c.seq_length,):
     logging.info(
@@ -101,34 +111,19 @@ def rows_encoder(c, encoder, strategy):
   reason = (f"--encoder_handle={c.encoder_handle} is a SavedModel this "
             "trainer cannot rebuild (neither its own encoder nor a Model "
             f"Garden BERT), whose graph takes one example a row{why}")
+  if saved and "shared_rows" in saved:
+    raise errors.ConfigError(
+        f"{c.model_dir} began with the encoder rebuilt for shared rows "
+        f"(config.json shared_rows={began}), and its checkpoint holds that "
+        f"encoder's variables, but here {reason}; resume where the run "
+        "began (the same device kind and TensorFlow) or start a new "
+        "--model_dir")
   if spec != shared_rows.AUTO:
     raise errors.ConfigError(
         f"--shared_rows={c.shared_rows} cannot apply: {reason}; use "
         "--shared_rows=none (or auto, which falls back by itself)")
   logging.info("Shared rows: off, one example a row (%s)", reason)
   return encoder, False
-
-
-def check_rows_resume(c, saved, rows):
-  """Raises ConfigError when the run resumed from config.json `saved` began
-  with its encoder rebuilt for shared rows (`shared_rows` a list) and this
-  start cannot rebuild it (`rows` false), or the other way round: whether a
-  Model Garden BERT is rebuilt is decided by comparing outputs, which
-  other hardware may fail, and the run's checkpoint holds the variables of
-  the encoder it began with. Records from before the key pass."""
-  if not saved or "shared_rows" not in saved:
-    return
-  began = saved["shared_rows"] is not None
-  if began == bool(rows):
-    return
-  raise errors.ConfigError(
-      f"{c.model_dir} began with --encoder_handle={c.encoder_handle} "
-      f"{'rebuilt' if began else 'as loaded'} (config.json shared_rows="
-      f"{saved['shared_rows']}), but this start "
-      f"{'cannot rebuild it' if began else 'rebuilds it'}, and the run's "
-      "checkpoint holds the other encoder's variables; resume where the run "
-      "began (the same device kind and TensorFlow) or start a new "
-      "--model_dir")
 
 
 def resolve_rows(c, split, packer, out, saved, multiple):

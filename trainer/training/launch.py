@@ -19,7 +19,6 @@ import tensorflow as tf
 from trainer.data import counts as counts_lib
 from trainer.data import input_pipeline
 from trainer.data import preprocessing
-from trainer.encoders import handles
 from trainer.foundation import buckets as buckets_lib
 from trainer.foundation import checks
 from trainer.foundation import config as config_lib
@@ -28,14 +27,13 @@ from trainer.foundation import shared_rows
 from trainer.foundation import tasks
 from trainer.model import checkpoints
 from trainer.model import optimization
-from trainer.model import precision as precision_lib
 from trainer.model import train_state
 from trainer.runtime import distribute
-from trainer.runtime import host
 from trainer.runtime import logs
 from trainer.runtime import run_dir
 from trainer.serving import export as export_lib
 from trainer.training import actions
+from trainer.training import encoder_setup
 from trainer.training import faults
 from trainer.training import finish as finish_lib
 from trainer.training import inputs
@@ -141,51 +139,6 @@ def _start(c):
         "give a folder you can write (local, or gs:// with network and "
         "credentials)") from None
   return strategy, chief, shared, out
-
-
-def prepare(strategy, encoder, *, precision, jit_compile, encoder_handle):
-  """(the encoder prepared for its Route, the Route) on `strategy`:
-  precision and XLA as `precision.choose` decides from the flags and the
-  facts (device, CPU, whether the encoder is this project's)."""
-  device = distribute.device_kind(strategy)
-  facts = dict(
-      jit_compile=jit_compile,
-      device=device,
-      own_encoder=handles.is_own_encoder(encoder),
-      cpu_flags=host.cpu_flags(),
-      encoder_handle=encoder_handle,
-      xla_cpu_problem=host.xla_cpu_problem)
-  if precision == "auto":
-    route = precision_lib.choose_auto(
-        gpu_capability=distribute.gpu_capability() if device == "gpu" else None,
-        **facts)
-  else:
-    route = precision_lib.choose(precision, **facts)
-  return handles.prepare_encoder(encoder, route, strategy), route
-
-
-def load_model(c, task, strategy):
-  """The handles, checked against each other and the flags, the encoder
-  rebuilt for shared rows if they apply (`inputs.rows_encoder`) and
-  prepared for its route; returns (preprocessor, encoder, route, whether
-  batches go in shared rows)."""
-  preprocessor, encoder = handles.load_checked(
-      c.encoder_handle,
-      c.preprocessor_handle,
-      strategy,
-      seq_length=c.seq_length,
-      pairs=task.pairs,
-      io_device=distribute.io_device(strategy),
-      demo_cache_dir=c.demo_cache_dir)
-  encoder, rows = inputs.rows_encoder(c, encoder, strategy)
-  encoder, route = prepare(
-      strategy,
-      encoder,
-      precision=c.precision,
-      jit_compile=c.jit_compile,
-      encoder_handle=c.encoder_handle)
-  logging.info("%s", route.note)
-  return preprocessor, encoder, route, rows
 
 
 def _plan(c, train_examples, steps_per_epoch):
@@ -393,7 +346,6 @@ def _layout(run, saved, strategy, preprocessor, rows):
   splits, counts = inputs.splits_and_counts(c, run.task, run.out)
   counts_lib.check_same_data((saved or {}).get("data"), counts, c.model_dir)
   packer = preprocessing.make_packer(preprocessor, c.seq_length)
-  inputs.check_rows_resume(c, saved, rows)
   buckets, in_buckets = inputs.resolve_buckets(c, splits["train"], packer,
                                                counts["train"]["rows_used"],
                                                run.out, saved)
@@ -414,7 +366,8 @@ def _build(run, strategy, signals):
   """The rest of `setup`, once the run's folder is this process's."""
   saved, run.config, shuffle = _resumed(run.config, run.shared)
   c, task = run.config, run.task
-  preprocessor, encoder, route, rows = load_model(c, task, strategy)
+  preprocessor, encoder, route, rows = encoder_setup.load_model(
+      c, task, strategy, saved)
   splits, counts, packer, buckets, in_buckets, ladder, group = _layout(
       run, saved, strategy, preprocessor, rows)
   plan = _plan(c, counts["train"]["rows_used"],
