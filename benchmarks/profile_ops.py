@@ -9,10 +9,12 @@ phase (forward, backward, optimizer, input, the XLA cluster, the host's
 tf.data threads) and by op type. XLA's ops (`--jit_compile`) are the
 events that carry an `hlo_op` stat: listed as `xla:` + the HLO
 instruction's name without its number (`xla:MatMul` for dots,
-`xla:multiply_add_fusion`). An op's time is its wall time on the thread that
-ran it, Eigen's helper threads included; the shares are of all op time in
-the window, which can exceed the window's wall time when ops run side by
-side. --output writes the numbers as JSON.
+`xla:multiply_add_fusion`); AdamW's kernel (one per variable and step,
+off TPUs) is `xla:adamw_update` in the optimizer phase, counted in
+launches. An op's time is its wall time on the thread that ran it, Eigen's
+helper threads included; the shares are of all op time in the window,
+which can exceed the window's wall time when ops run side by side.
+--output writes the numbers as JSON.
 """
 
 import argparse
@@ -36,6 +38,10 @@ _XLA_SUFFIX = re.compile(r"(\.\d+|\.clone)+$")
 _XLA_MATMUL = re.compile(r"^(MatMul(_\d+)?|dot)$")
 # XLA instructions that only run others (TF 2.20 traces its call thunks).
 _XLA_CONTAINERS = {"call", "while", "conditional"}
+
+# The XLA module of AdamW's update of one variable (CPUs and GPUs:
+# `optimization.adamw_update`).
+OPTIMIZER_MODULE = "adamw_update"
 
 # Ops that only run others: their time is their children's.
 _CONTAINERS = {
@@ -87,12 +93,16 @@ def summarize(path):
   with open(path, "rb") as f:
     space.ParseFromString(f.read())
   by_type = collections.defaultdict(lambda: [0.0, 0])
+  launches = collections.Counter()  # runs of each optimizer instruction
   by_phase = collections.defaultdict(float)
   window_ms, loops = 0.0, 0
   for plane in space.planes:
     if plane.name != "/host:CPU":
       continue
     hlo_op = {i for i, m in plane.stat_metadata.items() if m.name == "hlo_op"}
+    module_stat = {
+        i for i, m in plane.stat_metadata.items() if m.name == "hlo_module"
+    }
     for line in plane.lines:
       # tf.data's threads tokenize and pack the next batches meanwhile.
       host_input = line.name.startswith("tf_data")
@@ -103,7 +113,17 @@ def summarize(path):
           window_ms += ms
           loops += 1
         if any(stat.metadata_id in hlo_op for stat in event.stats):
-          op_type, where = xla_type(name), "XLA cluster (forward and backward)"
+          module = next(
+              (stat.str_value or plane.stat_metadata[stat.ref_value].name
+               for stat in event.stats
+               if stat.metadata_id in module_stat), "")
+          if OPTIMIZER_MODULE in module:
+            # AdamW's kernel, one per variable (a few instructions each).
+            op_type, where = "xla:" + OPTIMIZER_MODULE, "optimizer"
+            launches[name] += 1
+          else:
+            op_type = xla_type(name)
+            where = "XLA cluster (forward and backward)"
           if op_type[len("xla:"):] in _XLA_CONTAINERS:
             continue
         else:
@@ -116,6 +136,9 @@ def summarize(path):
         by_type[op_type][0] += ms
         by_type[op_type][1] += 1
         by_phase[where] += ms
+  if launches:
+    # Each of the kernel's instructions runs once a launch: count launches.
+    by_type["xla:" + OPTIMIZER_MODULE][1] = max(launches.values())
   return dict(
       trace=path,
       window_ms=window_ms,

@@ -444,6 +444,14 @@ def _compile_counts(dump_dir):
   return counts
 
 
+def _adamw_kernels(demo_paths):
+  """AdamW's XLA kernels a demo run compiles: one per shape of its
+  trainable variables (the encoder's and the two-class head's)."""
+  variables = hub.load(demo_paths["encoder"]).trainable_variables
+  hidden = next(v.shape[-1] for v in variables if "word_embeddings" in v.name)
+  return len({tuple(v.shape) for v in variables} | {(hidden, 2), (2,)})
+
+
 def _run_dumping(args, tmp_path):
   """Runs `args` with XLA dumping each compiled module; returns the counts
   of compilations per function."""
@@ -478,7 +486,11 @@ def test_jit_training_compiles_the_step_once_per_bucket(tmp_path, demo_paths):
   assert trained == {"32": 5, "7": 3}
   # The step once per bucket, and the trainer's probe of XLA:CPU (one tiny
   # function).
-  assert counts == {"forward_backward": 2, "xla_cpu_probe": 1}
+  assert counts == {
+      "forward_backward": 2,
+      "xla_cpu_probe": 1,
+      "adamw_update": _adamw_kernels(demo_paths)
+  }
 
   summary = profile_ops.summarize(
       profile_ops.newest_trace(f"{tmp_path}/run/summaries/train"))
@@ -488,7 +500,7 @@ def test_jit_training_compiles_the_step_once_per_bucket(tmp_path, demo_paths):
     pytest.skip("the profiler of TF < 2.20 does not trace XLA:CPU "
                 "instructions (the compile count above held)")
   trainable = len(hub.load(demo_paths["encoder"]).trainable_variables) + 2
-  assert summary["by_type"]["ResourceApplyAdam"][1] == 2 * trainable
+  assert summary["by_type"]["xla:adamw_update"][1] == 2 * trainable
   matmuls = summary["by_type"]["xla:MatMul"][1]
   assert matmuls > 0 and matmuls % 2 == 0  # the same dots in both steps
   assert summary["by_phase"]["XLA cluster (forward and backward)"] > 0
@@ -519,7 +531,11 @@ def test_jit_training_compiles_the_shared_rows_step_once_per_row_count(
   with open(f"{tmp_path}/run/summary.json") as f:
     trained = json.load(f)["steps_per_rows"]
   assert sum(trained.values()) == 8 and set(trained) <= {"4", "6", "16"}
-  assert counts == {"forward_backward": len(trained), "xla_cpu_probe": 1}
+  assert counts == {
+      "forward_backward": len(trained),
+      "xla_cpu_probe": 1,
+      "adamw_update": _adamw_kernels(demo_paths)
+  }
 
 
 _LOADED_GRADIENT = r"""
