@@ -108,6 +108,49 @@ def test_adamw_matches_numpy_reference_with_decay_exclusion():
   assert min(norms) > 1.0
 
 
+def test_adamw_on_two_replicas_updates_each_variable_of_a_shape():
+  """Under a MirroredStrategy, two variables of one shape (the kernel is
+  traced once per shape) each take their own update on both devices, as
+  the NumPy reference says: a trace given the variables themselves kept
+  updating the first one's slots (BUILD_NOTES, Pitfalls)."""
+  strategy = tf.distribute.MirroredStrategy(
+      ["/cpu:0", "/cpu:1"],
+      cross_device_ops=tf.distribute.ReductionToOneDevice())
+  rng = np.random.default_rng(1)
+  init = [rng.normal(size=(4,)).astype(np.float32) for _ in range(3)]
+  names = ["a/kernel", "b/kernel", "c/bias"]
+  schedule = optimization.WarmupLinearDecay(0.05, total_steps=4, warmup_steps=1)
+  with strategy.scope():
+    variables = [tf.Variable(x, name=n) for x, n in zip(init, names)]
+    opt = optimization.AdamW(variables, schedule, weight_decay=0.1)
+  grads_seq = [[rng.normal(size=(4,)).astype(np.float32) * 0.1
+                for _ in init]
+               for _ in range(4)]
+
+  @tf.function
+  def step(grads):
+
+    def replica():
+      ctx = tf.distribute.get_replica_context()
+      # Each replica holds half; the sum is the gradient.
+      return opt.apply(
+          ctx.all_reduce(tf.distribute.ReduceOp.SUM, [g / 2 for g in grads]))
+
+    return strategy.run(replica)
+
+  for grads in grads_seq:
+    step([tf.constant(g) for g in grads])
+  want = _numpy_adamw(
+      init,
+      grads_seq, [True, True, False],
+      lambda s: float(schedule(s)),
+      wd=0.1,
+      clip=1.0)
+  for var, ref in zip(variables, want):
+    for copy in var.values:  # each device's
+      np.testing.assert_allclose(copy.numpy(), ref, rtol=1e-5, atol=1e-6)
+
+
 def test_layer_decay_table_of_the_demo_encoder():
   encoder = bert.BertEncoder(
       bert.BertConfig(vocab_size=len(demo.vocabulary()), **demo.DEMO_BERT))
