@@ -5,9 +5,12 @@ is installed, its slots are plain variables created under the strategy scope,
 and its update is ordinary TF math that XLA (and so the TPU) compiles.
 """
 
+import functools
 import re
 
 import tensorflow as tf
+
+from trainer.runtime import host
 
 # Variables whose names match are not weight-decayed (BERT convention).
 NO_DECAY_PATTERN = r"layer_norm|LayerNorm|/bias|/beta|/gamma"
@@ -142,8 +145,10 @@ class AdamW(tf.Module):
     # decay, the clipping) made a pass each: 40% less optimizer time for
     # MiniLM on a CPU (BUILD_NOTES "The optimizer"). Traced and compiled
     # once per variable shape.
-    self._fused_update = _by_handles(
-        tf.function(adamw_update, jit_compile=True))
+    # (Plain ops where XLA cannot compile for the CPU: tensorflow-tpu.)
+    self._fused_update = (
+        _by_handles(tf.function(adamw_update, jit_compile=True))
+        if _xla_compiles() else adamw_update)
     with tf.name_scope(name):
       self.iterations = tf.Variable(
           0,
@@ -254,6 +259,14 @@ class AdamW(tf.Module):
               group=False))
     with tf.control_dependencies(tf.nest.flatten(updates)):
       return self.iterations.assign_add(1)
+
+
+@functools.lru_cache(maxsize=None)
+def _xla_compiles():
+  """Whether XLA compiles for the CPU in this TensorFlow build (once a
+  process; eagerly, should an optimizer be made inside a tf.function)."""
+  with tf.init_scope():
+    return host.xla_cpu_problem() is None
 
 
 def _is_tpu(strategy):
