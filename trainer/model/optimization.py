@@ -5,7 +5,6 @@ is installed, its slots are plain variables created under the strategy scope,
 and its update is ordinary TF math that XLA (and so the TPU) compiles.
 """
 
-import functools
 import re
 
 import tensorflow as tf
@@ -261,10 +260,9 @@ class AdamW(tf.Module):
       return self.iterations.assign_add(1)
 
 
-@functools.lru_cache(maxsize=None)
 def _xla_compiles():
-  """Whether XLA compiles for the CPU in this TensorFlow build (once a
-  process; eagerly, should an optimizer be made inside a tf.function)."""
+  """Whether XLA compiles for the CPU in this TensorFlow build (probed
+  eagerly, should an optimizer be made inside a tf.function)."""
   with tf.init_scope():
     return host.xla_cpu_problem() is None
 

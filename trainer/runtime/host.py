@@ -1,6 +1,7 @@
 """The machine the process runs on: CPU features, malloc, XLA for the CPU."""
 
 import ctypes
+import functools
 
 import tensorflow as tf
 
@@ -60,8 +61,10 @@ def onednn_rewrites_bfloat16(flags):
   return bool(flags & {"avx512f", "avx_ne_convert"})
 
 
+@functools.lru_cache(maxsize=None)
 def xla_cpu_problem():
-  """Why XLA cannot compile for the CPU in this TensorFlow build, or None.
+  """Why XLA cannot compile for the CPU in this TensorFlow build, or None
+  (probed once a process: the run's precision check and AdamW ask).
 
   The tensorflow-tpu build has no XLA:CPU backend ("could not find
   registered transfer manager for platform Host"): there XLA compiles for
