@@ -17,6 +17,7 @@ from conftest import with_project
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import failure_drills  # noqa: E402
+import packing_bound  # noqa: E402
 import profile_ops  # noqa: E402
 
 
@@ -151,3 +152,35 @@ def test_profile_ops_without_a_trace_is_a_clear_error(tmp_path, capsys):
   assert "no profile under" in stderr
   assert "--profile_steps=FIRST,LAST" in stderr
   assert "Traceback" not in stderr
+
+
+def test_packing_bound_finds_fewer_rows_than_first_fit_where_there_are():
+  # First-fit decreasing: 6+5 | 4+4+3 | 2, three rows; 6+4+2 | 5+4+3 fit
+  # in two, the token bound (24 / 12).
+  from trainer.foundation import shared_rows  # noqa: E501  pylint: disable=g-import-not-at-top
+  lengths = [6, 5, 4, 4, 3, 2]
+  assert shared_rows.rows_needed([lengths], 12, 6).tolist() == [3]
+  assert packing_bound.fewest_rows(lengths, 12, 3, 1000) == (2, True)
+  assert packing_bound.fits(lengths, 2, 12, 1000)
+  assert not packing_bound.fits([7, 7, 7], 2, 12, 1000)
+  # A search past its limit keeps the count known to fit, unproven.
+  assert packing_bound.fewest_rows(lengths, 12, 3, 1) == (3, False)
+
+
+def test_packing_bound_program_reads_a_runs_length_stats(tmp_path, capsys):
+  stats = tmp_path / "length_stats.json"
+  histogram = [0, 0, 3, 5, 4, 2, 1, 0, 2, 1, 0, 0, 1]  # seq 12
+  stats.write_text(json.dumps(dict(key="k", histogram=histogram)))
+  out = packing_bound.measure(histogram, 8, 50, 10_000)
+  assert out["unproven"] == 0
+  assert out["token_bound"] <= out["fewest"] <= out["first_fit"]
+  assert sum(out["beyond"].values()) == 50
+  assert out["first_fit"] - out["fewest"] == pytest.approx(
+      sum(k * n for k, n in out["beyond"].items()) / 50)
+  packing_bound.main(
+      [f"--length_stats={stats}", "--batch_size=8", "--batches=50"])
+  printed = capsys.readouterr().out
+  assert f"| fewest rows | {out['fewest']:.2f} |" in printed
+  with pytest.raises(SystemExit) as info:
+    packing_bound.main([f"--length_stats={tmp_path / 'missing.json'}"])
+  assert "not a run's length_stats.json" in str(info.value.code)

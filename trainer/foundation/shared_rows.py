@@ -151,16 +151,20 @@ def shape_of(needed, ladder, batch_size):
   return batch_size
 
 
+def draw(histogram, batch_size, batches=SIMULATED_BATCHES):
+  """int [batches, batch_size]: example lengths drawn from `histogram`
+  (examples per packed length), seeded: the batches `simulate` packs."""
+  histogram = np.asarray(histogram, np.float64)
+  rng = np.random.default_rng(SIMULATION_SEED)
+  return rng.choice(
+      len(histogram), size=(batches, batch_size), p=histogram / histogram.sum())
+
+
 def simulate(histogram, batch_size, seq_length):
   """int [SIMULATED_BATCHES]: rows needed by batches of `batch_size`
   lengths drawn from `histogram` (examples per packed length), seeded."""
-  histogram = np.asarray(histogram, np.float64)
-  rng = np.random.default_rng(SIMULATION_SEED)
-  draws = rng.choice(
-      len(histogram),
-      size=(SIMULATED_BATCHES, batch_size),
-      p=histogram / histogram.sum())
-  return rows_needed(draws, seq_length, slots_per_row(seq_length))
+  return rows_needed(
+      draw(histogram, batch_size), seq_length, slots_per_row(seq_length))
 
 
 def expected_rows(needed, ladder, batch_size):
