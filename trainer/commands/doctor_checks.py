@@ -187,7 +187,8 @@ def check_xla(c, strategy, encoder):
     k = c.grad_accumulation_steps  # the while_loop training compiles too
     step = tf.function(
         train_step.make_train_step(
-            model, opt, 2 * k, jit_compile=True, accumulation_steps=k))
+            model, opt, 2 * k, jit_compile=True, accumulation_steps=k),
+        autograph=False)
     zeros = tf.zeros([2 * k, c.seq_length], tf.int32)
     batch = dict(
         input_word_ids=zeros,

@@ -43,6 +43,7 @@ def count(split, limit=None, num_classes=0):
   if limit:
     chunks = chunks.unbatch().take(limit).batch(512)
 
+  @tf.autograph.experimental.do_not_convert  # Python `if`s on dtypes only
   def per_chunk(chunk):
     reasons = tf.math.bincount(
         chunk["reason"], minlength=n, maxlength=n, dtype=tf.int64)
@@ -57,9 +58,10 @@ def count(split, limit=None, num_classes=0):
   zeros = (tf.zeros([n],
                     tf.int64), tf.zeros([k],
                                         tf.int64), tf.constant(0, tf.int64))
+  add = tf.autograph.experimental.do_not_convert(
+      lambda a, b: tuple(x + y for x, y in zip(a, b)))
   totals, classes, digest = chunks.map(
-      per_chunk, num_parallel_calls=tf.data.AUTOTUNE).reduce(
-          zeros, lambda a, b: tuple(x + y for x, y in zip(a, b)))
+      per_chunk, num_parallel_calls=tf.data.AUTOTUNE).reduce(zeros, add)
   totals, classes = totals.numpy(), classes.numpy()
   rejected = {
       sources.REASONS[i]: int(totals[i]) for i in range(1, n) if totals[i]

@@ -242,7 +242,8 @@ def train_groups(split,
     block = row_layout.block_batches(global_batch_size, group_size)
   rows_per_group = global_batch_size * block
 
-  def epoch(e, skip_groups):
+  @tf.autograph.experimental.do_not_convert  # builds datasets: no
+  def epoch(e, skip_groups):  # Python control flow on tensors
     ordered = _epoch_order(base, shuffle, shuffle_buffer, _epoch_seed(seed, e))
     ordered = ordered.skip(skip_groups * rows_per_group)
     first = tf.cast(e, tf.int64) * steps_per_epoch + skip_groups * block

@@ -253,7 +253,8 @@ def _block(packer, batch, pad_rows, ladder, seq_length):
   dropped, as fixed shapes drop them. Runs in tf.data's parallel map, so
   the placement and the layout add no sequential stage."""
 
-  def fn(texts, labels):
+  @tf.autograph.experimental.do_not_convert  # no Python control flow on
+  def fn(texts, labels):  # tensors here: AutoGraph would only cost time
     features = packer(texts)
     features["label"] = labels
     features["length"] = lengths_of(features)
@@ -288,6 +289,7 @@ def _groups(blocks, group_size, seq_length, first):
   of block i's first batch."""
   slots = shared_rows.slots_per_row(seq_length)
 
+  @tf.autograph.experimental.do_not_convert  # as `_block`'s
   def runs(index, block):
     sizes = block["sizes"]
     count = tf.shape(sizes)[0]

@@ -65,6 +65,7 @@ def _finish(ds, label_map, regression=False, labelled=True):
   table = None if regression or not labelled else _label_table(
       label_map, label_kind(label_map))
 
+  @tf.autograph.experimental.do_not_convert  # Python `if`s on flags only
   def fn(index, line, text_, raw_label, reason):
     if not labelled:
       label = tf.zeros_like(reason)

@@ -27,7 +27,7 @@ def _encoder_spec():
 def _traced(call, spec):
   """`call` as a tf.function traced for `spec` with training off and on:
   the `__call__` of a TF Hub encoder."""
-  call = tf.function(call)
+  call = tf.function(call, autograph=False)
   for training in (False, True):
     call.get_concrete_function(spec, training=training)
   return call
@@ -68,9 +68,11 @@ def save_encoder(encoder, export_dir):
   call = root.__call__
   root.get_config_json = _config_getter(encoder.config)
 
-  @tf.function(input_signature=[
-      spec["input_word_ids"], spec["input_mask"], spec["input_type_ids"]
-  ])
+  @tf.function(
+      autograph=False,
+      input_signature=[
+          spec["input_word_ids"], spec["input_mask"], spec["input_type_ids"]
+      ])
   def serve(input_word_ids, input_mask, input_type_ids):
     out = call(
         dict(

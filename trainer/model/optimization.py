@@ -146,7 +146,8 @@ class AdamW(tf.Module):
     # once per variable shape.
     # (Plain ops where XLA cannot compile for the CPU: tensorflow-tpu.)
     self._fused_update = (
-        _by_handles(tf.function(adamw_update, jit_compile=True))
+        _by_handles(
+            tf.function(adamw_update, jit_compile=True, autograph=False))
         if _xla_compiles() else adamw_update)
     with tf.name_scope(name):
       self.iterations = tf.Variable(

@@ -76,15 +76,18 @@ class ServingModule(tf.Module):
     self._class_names = list(class_names)
     self._regression = regression
     inputs = _PAIR if pairs else (_TEXT,)
-    self.preprocess = tf.function(self._preprocess, input_signature=inputs)
-    self.serve = tf.function(self._serve, input_signature=inputs)
+    self.preprocess = tf.function(
+        self._preprocess, input_signature=inputs, autograph=False)
+    self.serve = tf.function(
+        self._serve, input_signature=inputs, autograph=False)
     # Shared rows: the same outputs, several texts a row (`row_layout`),
     # where the encoder is this project's in Python.
     self.serve_rows = None
     if isinstance(model.encoder, native.NativeEncoder):
       self._full_pack = preprocessing.make_packer(preprocessor, seq_length)
       self._seq_length = seq_length
-      self.serve_rows = tf.function(self._serve_rows, input_signature=inputs)
+      self.serve_rows = tf.function(
+          self._serve_rows, input_signature=inputs, autograph=False)
 
   def _texts(self, text, text_pair=None):
     return text if text_pair is None else tf.stack([text, text_pair], axis=1)

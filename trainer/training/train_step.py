@@ -4,8 +4,13 @@ The step functions run inside `strategy.run` on one replica and see only
 int32 tensors of static shape (the batch features and labels), never a
 string or a lookup table: that is what lets TPUs and XLA compile them. The
 loop functions (Orbit's `loop_fns` style) run `num_steps` steps in one
-`tf.function`, `tf.range` around `strategy.run`, `num_steps` a tensor so
-the loop never retraces; host work happens between their calls.
+`tf.function`, a `tf.while_loop` around `strategy.run`, `num_steps` a
+tensor so the loop never retraces; host work happens between their calls.
+The loops and the XLA-compiled functions are traced without AutoGraph
+(`autograph=False`): the loops are written as `tf.while_loop`s and nothing
+they call branches in Python on a tensor, so converting every function of
+the encoder and the optimizer on each trace (a fifth of a demo run's time)
+bought nothing.
 """
 
 import numpy as np
@@ -133,7 +138,7 @@ def _forward_backward(model, variables, global_batch_size, loss_scale,
     return loss, [tf.convert_to_tensor(g) / scale for g in grads]
 
   if jit_compile:
-    return tf.function(forward_backward, jit_compile=True)
+    return tf.function(forward_backward, jit_compile=True, autograph=False)
   return forward_backward
 
 
@@ -276,30 +281,33 @@ def make_train_loop(strategy, step):
 
   `group` is a distributed group of batches of one length
   (`input_pipeline.train_groups`); the loop runs batches offset ..
-  offset + num_steps - 1 of it, one `strategy.run` each inside `tf.range`
-  (`offset` and `num_steps` int32 scalar tensors, so it never retraces for
-  them). It is traced once per group shape: once per bucket, which is one
-  compiled program per bucket on a TPU or under XLA. The loss is averaged
-  over the steps, the gradient norm over the steps that applied their
-  update (float16 overflows skip).
+  offset + num_steps - 1 of it, one `strategy.run` each inside a
+  `tf.while_loop` (`offset` and `num_steps` int32 scalar tensors, so it
+  never retraces for them). It is traced once per group shape: once per
+  bucket or row count, which is one compiled program each on a TPU or
+  under XLA. The loss is averaged over the steps, the gradient norm over
+  the steps that applied their update (float16 overflows skip).
   """
 
   def replica_step(group, i):
     return step(batch_of(group, i))
 
-  @tf.function
+  @tf.function(autograph=False)  # the module docstring says why
   def train_loop(group, offset, num_steps):
-    loss_sum = tf.constant(0.0)
-    norm_sum = tf.constant(0.0)
-    applied = tf.constant(0.0)
-    for i in tf.range(offset, offset + num_steps):
+
+    def body(i, loss_sum, norm_sum, applied):
       out = strategy.run(replica_step, args=(group, i))
-      loss_sum += strategy.reduce(
-          tf.distribute.ReduceOp.SUM, out["loss"], axis=None)
-      norm_sum += strategy.reduce(
-          tf.distribute.ReduceOp.MEAN, out["grad_norm"], axis=None)
-      applied += strategy.reduce(
-          tf.distribute.ReduceOp.MEAN, out["applied"], axis=None)
+      return (i + 1, loss_sum + strategy.reduce(
+          tf.distribute.ReduceOp.SUM, out["loss"], axis=None),
+              norm_sum + strategy.reduce(
+                  tf.distribute.ReduceOp.MEAN, out["grad_norm"], axis=None),
+              applied + strategy.reduce(
+                  tf.distribute.ReduceOp.MEAN, out["applied"], axis=None))
+
+    zero = tf.constant(0.0)
+    _, loss_sum, norm_sum, applied = tf.while_loop(
+        lambda i, *_: i < offset + num_steps, body,
+        (tf.convert_to_tensor(offset, tf.int32), zero, zero, zero))
     n = tf.cast(num_steps, tf.float32)
     return loss_sum / n, norm_sum / tf.maximum(applied, 1.0), applied
 
@@ -318,10 +326,9 @@ def make_eval_loop(strategy, step, num_classes):
   def replica_step(group, i):
     return step(batch_of(group, i))
 
-  @tf.function
+  @tf.function(autograph=False)  # as train_loop
   def eval_loop(group):
-    # One flat accumulator: autograph leaks tensors of a dict mutated in a
-    # loop.
+    # One flat accumulator (a loop carries tensors, not a dict).
     totals = tf.zeros([sum(sizes)])
     arrays = tuple(
         tf.TensorArray(
@@ -332,7 +339,8 @@ def make_eval_loop(strategy, step, num_classes):
             element_shape=tf.TensorShape([None]))  # concat of none: [0]
         for _ in gathered)
     count = group_count(strategy, group)
-    for i in tf.range(count):
+
+    def body(i, totals, arrays):
       out = strategy.run(replica_step, args=(group, i))
       totals += tf.concat([
           tf.reshape(
@@ -342,6 +350,10 @@ def make_eval_loop(strategy, step, num_classes):
       arrays = tuple(
           a.write(i, tf.cast(strategy.gather(out[name], axis=0), tf.float32))
           for a, name in zip(arrays, gathered))
+      return i + 1, totals, arrays
+
+    _, totals, arrays = tf.while_loop(lambda i, *_: i < count, body,
+                                      (tf.constant(0), totals, arrays))
     parts = tf.split(totals, sizes)
     result = {
         name: tf.reshape(part, shape)
