@@ -57,6 +57,27 @@ def test_project_filter_passes_ours_and_every_warning():
       _record(theirs, std_logging.INFO))
 
 
+def test_project_filter_drops_the_retracing_warning_of_our_loops_only():
+  # As TensorFlow 2.21 words it (polymorphic_function.py), for our eval
+  # loop (one trace per row count by design) and for a user's function.
+  tf_file = "/usr/lib/python3/site-packages/tensorflow/python/eager/f.py"
+  said = ("5 out of the last 6 calls to <function {} at 0x7fcf61eb4cc0> "
+          "triggered tf.function retracing. Tracing is expensive and the "
+          "excessive number of tracings could be due to ...")
+
+  def record(name):
+    return std_logging.LogRecord("tensorflow", std_logging.WARNING, tf_file,
+                                 157, said.format(name), (), None)
+
+  quiet = logs.ProjectFilter()
+  assert not quiet.filter(record("make_eval_loop.<locals>.eval_loop"))
+  assert not quiet.filter(record("make_train_loop.<locals>.train_loop"))
+  assert quiet.filter(record("my_step"))
+  assert quiet.filter(record("make_eval_step.<locals>.step"))
+  assert logs.ProjectFilter(everyone=True).filter(
+      record("make_eval_loop.<locals>.eval_loop"))
+
+
 _WINDOW = """
 import os, sys
 os.write(2, b"WARNING: All log messages before absl::InitializeLog() is "

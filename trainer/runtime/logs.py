@@ -19,7 +19,9 @@ Three sources of noise, each stopped where it starts:
 - TensorFlow's Python INFO lines (`Sharding callback duration`, `Function
   'serve' contains input name(s) ...`, `Fingerprint ...`) go through absl's
   logger, as ours do: `ProjectFilter` passes INFO records of this project
-  only, and every WARNING or worse.
+  only, and every WARNING or worse but one: TensorFlow's "triggered
+  tf.function retracing" about the train and eval loops, which trace once
+  per length bucket or row count by design.
 - Known-harmless warnings of dependencies are silenced where they are
   imported (see `model.py`).
 
@@ -153,17 +155,29 @@ def end_startup():
     _close_window()
 
 
+# TensorFlow warns when a tf.function traced on 5 of its last 10 calls. The
+# train and eval loops trace once per shape by design (a length bucket or a
+# row count: up to 8), so for them the warning and its advice are wrong.
+_OUR_LOOPS_RETRACED = re.compile(
+    r"calls to <function make_(train|eval)_loop\.<locals>\.(train|eval)_loop"
+    r" at 0x[0-9a-f]+> triggered tf\.function retracing")
+
+
 class ProjectFilter(std_logging.Filter):
   """Passes WARNING and worse from anyone, INFO only from this project
-  (or from everyone at absl verbosity >= 1)."""
+  (or everything at absl verbosity >= 1); drops TensorFlow's retracing
+  warning about the train and eval loops (`_OUR_LOOPS_RETRACED`)."""
 
   def __init__(self, everyone=False):
     super().__init__()
     self.everyone = everyone
 
   def filter(self, record):
-    return (self.everyone or record.levelno >= std_logging.WARNING or
-            record.pathname.startswith(_OURS))
+    if self.everyone:
+      return True
+    if record.levelno >= std_logging.WARNING:
+      return not _OUR_LOOPS_RETRACED.search(record.getMessage())
+    return record.pathname.startswith(_OURS)
 
 
 _filter = ProjectFilter()
