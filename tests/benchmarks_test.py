@@ -13,6 +13,7 @@ from conftest import ROOT
 from conftest import SHARED_CSV
 from conftest import run_process
 from conftest import with_project
+from trainer.foundation import shared_rows
 
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -157,7 +158,6 @@ def test_profile_ops_without_a_trace_is_a_clear_error(tmp_path, capsys):
 def test_packing_bound_finds_fewer_rows_than_first_fit_where_there_are():
   # First-fit decreasing: 6+5 | 4+4+3 | 2, three rows; 6+4+2 | 5+4+3 fit
   # in two, the token bound (24 / 12).
-  from trainer.foundation import shared_rows  # noqa: E501  pylint: disable=g-import-not-at-top
   lengths = [6, 5, 4, 4, 3, 2]
   assert shared_rows.rows_needed([lengths], 12, 6).tolist() == [3]
   assert packing_bound.fewest_rows(lengths, 12, 3, 1000) == (2, True)

@@ -297,12 +297,11 @@ def make_train_loop(strategy, step):
 
     def body(i, loss_sum, norm_sum, applied):
       out = strategy.run(replica_step, args=(group, i))
-      return (i + 1, loss_sum + strategy.reduce(
-          tf.distribute.ReduceOp.SUM, out["loss"], axis=None),
-              norm_sum + strategy.reduce(
-                  tf.distribute.ReduceOp.MEAN, out["grad_norm"], axis=None),
-              applied + strategy.reduce(
-                  tf.distribute.ReduceOp.MEAN, out["applied"], axis=None))
+      reduce = lambda op, x: strategy.reduce(op, x, axis=None)
+      sum_, mean = tf.distribute.ReduceOp.SUM, tf.distribute.ReduceOp.MEAN
+      return (i + 1, loss_sum + reduce(sum_, out["loss"]),
+              norm_sum + reduce(mean, out["grad_norm"]),
+              applied + reduce(mean, out["applied"]))
 
     zero = tf.constant(0.0)
     _, loss_sum, norm_sum, applied = tf.while_loop(
@@ -328,7 +327,7 @@ def make_eval_loop(strategy, step, num_classes):
 
   @tf.function(autograph=False)  # as train_loop
   def eval_loop(group):
-    # One flat accumulator (a loop carries tensors, not a dict).
+    # The sums of `layout` in one flat accumulator (one loop variable).
     totals = tf.zeros([sum(sizes)])
     arrays = tuple(
         tf.TensorArray(
