@@ -16,6 +16,9 @@ from trainer.data import sources
 from trainer.data import splits as splits_lib
 from trainer.foundation import buckets as buckets_lib
 from trainer.foundation import config as config_lib
+from trainer.foundation import shared_rows
+from trainer.runtime import run_dir
+from trainer.training import inputs
 
 
 @pytest.fixture(scope="module")
@@ -168,6 +171,38 @@ def test_eval_counts_every_example_once(tmp_path, preprocessor):
   rows = sorted(tuple(r[r > 0]) for part in real for r in part)
   assert rows == sorted(
       tuple(r[r > 0]) for r in everything["input_word_ids"].numpy())
+
+
+def test_resolve_rows_tells_rebuilt_without_rows_from_rows(
+    tmp_path, preprocessor, demo_paths):
+  """`inputs.resolve_rows`: () when auto finds nothing to save (texts that
+  fill their rows: the encoder is rebuilt, no batch shares rows;
+  config.json records []), auto's counts on short texts, and a record
+  kept, fitted to the replicas: [] stays (), [3, 5] on 2 replicas is
+  (4, 6)."""
+  testing.write_csv(tmp_path / "long.csv",
+                    [("a " * 40, i % 2) for i in range(64)])
+  testing.varied_csv(tmp_path / "short.csv", 64)
+  out = run_dir.locations(str(tmp_path / "run"))
+  tf.io.gfile.makedirs(out.model_dir)
+
+  packer = preprocessing.make_packer(preprocessor, 32)
+
+  def resolve(texts, saved=None, multiple=1):
+    c = config_lib.Config(
+        preprocessor_handle=demo_paths["preprocessor"],
+        seq_length=32,
+        batch_size=16)
+    return inputs.resolve_rows(c, testing.split(tmp_path / f"{texts}.csv"),
+                               packer, out, saved, multiple)
+
+  assert resolve("long") == ()
+  auto = shared_rows.choose(
+      input_pipeline.length_histogram(
+          testing.split(tmp_path / "short.csv"), packer, 32), 16, 1)
+  assert auto and resolve("short") == auto
+  assert resolve("short", dict(shared_rows=[])) == ()
+  assert resolve("short", dict(shared_rows=[3, 5]), multiple=2) == (4, 6)
 
 
 def test_length_histogram_counts_every_usable_row_by_its_length(

@@ -130,7 +130,8 @@ def resolve_rows(c, split, packer, out, saved, multiple):
   """The row counts of a run that shares rows (`shared_rows`): as the run
   recorded them (config.json `shared_rows`, fitted to this replica count),
   the list given, or auto's choice from the training split's measured
-  lengths; None when auto finds nothing to save (one example a row)."""
+  lengths; () when auto finds nothing to save (one example a row: the
+  encoder takes shared rows, no batch uses them)."""
   spec = shared_rows.parse(c.shared_rows)
   recorded = (saved or {}).get("shared_rows")
   if recorded is not None:
@@ -140,7 +141,7 @@ def resolve_rows(c, split, packer, out, saved, multiple):
           "Shared rows: the run's row counts %s do not split over %d "
           "replicas x accumulation steps; %s instead (the layout only: "
           "each step trains the same examples)", recorded, multiple, ladder)
-    return ladder or None
+    return ladder
   if spec != shared_rows.AUTO:
     shared_rows.check_ladder(spec, c.batch_size, multiple)
     return spec
@@ -151,7 +152,7 @@ def resolve_rows(c, split, packer, out, saved, multiple):
         "Shared rows (--shared_rows=auto): off, one example a row (the "
         "training texts are long enough that rows would save under %.0f%% "
         "of the tokens)", 100 * shared_rows.MIN_SAVING)
-    return None
+    return ()
   logging.info("Shared rows (--shared_rows=auto): %s",
                shared_rows.describe(histogram, ladder, c.batch_size))
   return ladder

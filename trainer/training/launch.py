@@ -341,7 +341,9 @@ def _actions(c, task, run, plan, state, evaluator, signals):
 def _layout(run, saved, strategy, preprocessor, rows):
   """(splits, counts, packer, buckets, examples per bucket, row counts,
   group): the run's data read and checked against the run's record, and
-  how its batches are laid out (`rows`: the encoder takes shared rows)."""
+  how its batches are laid out (`rows`: the encoder takes shared rows).
+  The row counts are None when it does not, () when it does and no batch
+  uses them (`inputs.resolve_rows`), as config.json records them."""
   c = run.config
   splits, counts = inputs.splits_and_counts(c, run.task, run.out)
   counts_lib.check_same_data((saved or {}).get("data"), counts, c.model_dir)
@@ -379,7 +381,6 @@ def _build(run, strategy, signals):
   state = _state(c, strategy, encoder, plan, run.out, route)
   state.resume(run.shared.checkpoints, run.chief)
   _log_layer_rates(state.layer_rates)
-  ladder = ladder if ladder or not rows else ()
   data = (splits, packer, buckets, group, shuffle, ladder)
   _write_config(run, plan, strategy, route, state.layer_rates,
                 (counts, buckets, group, shuffle, ladder))
