@@ -35,12 +35,13 @@ class _Tokenize(tf.Module):
     self._lower_case = lower_case
     self._strip_accents = strip_accents
 
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+  @tf.function(
+      input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
   def __call__(self, strings):
     strings = normalize(strings, self._lower_case, self._strip_accents)
     return tf.cast(self._tokenizer.tokenize(strings), tf.int32)
 
-  @tf.function(input_signature=[])
+  @tf.function(input_signature=[], autograph=False)
   def get_special_tokens_dict(self):
     return {k: tf.constant(v, tf.int32) for k, v in self._special.items()}
 
@@ -84,7 +85,7 @@ class _PackInputs(tf.Module):
     super().__init__(name="bert_pack_inputs")
     self._special = special
 
-  @tf.function
+  @tf.function(autograph=False)
   def __call__(self, segments, seq_length):
     return pack_segments(segments, seq_length, self._special)
 
@@ -179,7 +180,8 @@ class BertPreprocessor(tf.Module):
     self.bert_pack_inputs.trace()
     self._default_seq_length = default_seq_length
 
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+  @tf.function(
+      input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
   def __call__(self, strings):
     return self.bert_pack_inputs([self.tokenize(strings)],
                                  tf.constant(self._default_seq_length))
