@@ -8,7 +8,7 @@ warms up once, then runs timed chunks on command; the parent alternates them
 `--rounds` chunks:
 
   trainer_best   the trainer as `python -m trainer.main` sets it up
-                 (`launch.setup`): tf.range loop of --steps_per_loop
+                 (`launch.setup`): tf.while_loop of --steps_per_loop
                  steps per call,
                  --jit_compile as given per encoder size (best found: see
                  RESULTS.md)

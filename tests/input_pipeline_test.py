@@ -185,7 +185,6 @@ def test_resolve_rows_tells_rebuilt_without_rows_from_rows(
   testing.varied_csv(tmp_path / "short.csv", 64)
   out = run_dir.locations(str(tmp_path / "run"))
   tf.io.gfile.makedirs(out.model_dir)
-
   packer = preprocessing.make_packer(preprocessor, 32)
 
   def resolve(texts, saved=None, multiple=1):

@@ -130,8 +130,9 @@ def resolve_rows(c, split, packer, out, saved, multiple):
   """The row counts of a run that shares rows (`shared_rows`): as the run
   recorded them (config.json `shared_rows`, fitted to this replica count),
   the list given, or auto's choice from the training split's measured
-  lengths; () when auto finds nothing to save (one example a row: the
-  encoder takes shared rows, no batch uses them)."""
+  lengths. () when the encoder takes shared rows but no batch uses them
+  (one example a row): auto found nothing to save, or the run recorded
+  [] (or counts none of which fit under the batch here)."""
   spec = shared_rows.parse(c.shared_rows)
   recorded = (saved or {}).get("shared_rows")
   if recorded is not None:

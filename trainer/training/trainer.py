@@ -1,13 +1,13 @@
 """The trainer object (Orbit's `StandardTrainer` contract) and its wrappers.
 
 `Trainer.train(num_steps) -> LoopOutput` runs one loop: `num_steps` steps
-in a call of the compiled train loop (`tf.range` around `strategy.run`)
-per group of same-length batches it touches, then the host work of that
-loop (reading its loss, gradient norm and learning rate back). It owns the
-loop function, the data iterator, and the re-seek of both after a rollback
-(`roll_back`); the checkpoints are the `TrainState`'s. What happens between
-loops is not its business (`trainer.training.actions`, handed to
-`controller.train`).
+in a call of the compiled train loop (a `tf.while_loop` around
+`strategy.run`) per group of same-shape batches it touches, then the host
+work of that loop (reading its loss, gradient norm and learning rate back).
+It owns the loop function, the data iterator, and the re-seek of both
+after a rollback (`roll_back`); the checkpoints are the `TrainState`'s.
+What happens between loops is not its business (`trainer.training.actions`,
+handed to `controller.train`).
 
 `Evaluator` only evaluates (Orbit's `StandardEvaluator`): one pass over
 each validation split, its metrics. `Profiled` wraps a trainer with
