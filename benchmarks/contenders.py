@@ -252,10 +252,9 @@ def _tokens(job):
 
 
 def _trace_every_shape(job):
-  """The train loop prepared for the training stream, then one step of it
-  on a group of each bucket, or of each row count a batch of the first
-  epoch runs at (real rows of the training split), so no trace or compile
-  falls in a timed chunk."""
+  """One step of the train loop on a group of each bucket, or of each row
+  count a batch of the first epoch runs at (real rows of the training
+  split), so no trace or compile falls in a timed chunk."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from trainer.foundation import buckets as buckets_lib  # noqa: E501  pylint: disable=g-import-not-at-top
   from trainer.foundation import shared_rows  # noqa: E501  pylint: disable=g-import-not-at-top
@@ -281,9 +280,6 @@ def _trace_every_shape(job):
     if len(found) == len(job.facts.shapes) or i > job.plan.steps_per_epoch:
       break
   loop = job.trainer.train_loop
-  # As the trainer's first loop does: off TPUs one trace for every shape
-  # (`train_step.prepare_loop`), then one step each (XLA compiles per shape).
-  loop.prepare(strategy.experimental_distribute_dataset(groups).element_spec)
   for group in found.values():
     dist = strategy.experimental_distribute_dataset(
         tf.data.Dataset.from_tensors(group))

@@ -534,9 +534,8 @@ def report(results):
     for name, info in raced.items():
       if info["traces"] is not None and len(info["buckets"]) > 1:
         what = "row counts" if "shared_rows" in name else "buckets"
-        times = "once" if info["traces"] == 1 else f"{info['traces']} times"
         print(f"{size}: {name} {what} {info['buckets']}, its train loop "
-              f"traced {times}")
+              f"traced {info['traces']} times")
   for kind in ("bucketed", "shared_rows"):
     for size, b in results[kind].items():
       parts = [(k, v) for k, v in b.items() if v]

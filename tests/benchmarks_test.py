@@ -114,30 +114,31 @@ def test_train_throughput_quick_mode(tmp_path):
   # (BUILD_NOTES.md): here they would double the test's time.
   assert "peak_rss_mib" not in results and "host_input_ratio" not in results
   assert "| demo | keras_hub_bf16 | bfloat16 |" in result.stdout
-  # The bucketed contender: its train loop traced once for all its buckets
-  # (off TPUs: `train_step.prepare_loop`), before timing; fewer padded
-  # tokens than --seq_length, the same real ones.
+  # The bucketed contender: its buckets' loops traced once each, before
+  # timing; fewer padded tokens than --seq_length, the same real ones.
   raced = results["contenders"]["demo"]
   seq, batch = (results["settings"][k] for k in ("seq_length", "batch_size"))
   bucketed, fixed = raced["trainer_bucketed"], raced["trainer_best"]
   assert bucketed["buckets"][-1] == seq
-  assert bucketed["traces"] == 1
+  assert 1 <= bucketed["traces"] <= len(bucketed["buckets"])
   assert fixed["traces"] == 1 and fixed["buckets"] == [seq]
   assert bucketed["real_tokens"] == fixed["real_tokens"]
   assert bucketed["real_tokens"] <= bucketed["padded_tokens"] <= seq
   if os.path.exists(SHARED_CSV):  # generated text is of one length
     assert len(bucketed["buckets"]) > 1 and bucketed["padded_tokens"] < seq
+    # Tweets reach every bucket: each loop traced once.
+    assert bucketed["traces"] == len(bucketed["buckets"])
   assert fixed["padded_tokens"] == seq
   assert results["bucketed"]["demo"]["vs_fixed"] == pytest.approx(
       rates["trainer_bucketed"] / rates["trainer_best"])
   # Shared rows, chosen (tweets of about 56 demo tokens, or generated ones
   # of about 37, at seq 128): row counts below the batch (the batch last:
-  # one example a row), one trace for all; the real tokens of fixed shapes
-  # in fewer computed ones.
+  # one example a row), each traced once at most; the real tokens of fixed
+  # shapes in fewer computed ones.
   shared = raced["trainer_shared_rows"]
   assert len(shared["buckets"]) > 1 and shared["buckets"][-1] == batch
   assert shared["buckets"] == sorted(shared["buckets"])
-  assert shared["traces"] == 1
+  assert 1 <= shared["traces"] <= len(shared["buckets"])
   assert shared["real_tokens"] == fixed["real_tokens"]
   assert shared["real_tokens"] <= shared["padded_tokens"] < seq
   assert results["shared_rows"]["demo"]["vs_fixed"] == pytest.approx(

@@ -425,9 +425,8 @@ def test_bucketed_groups_give_one_and_two_replicas_the_same_weights(
     tmp_path, demo_paths, no_dropout_encoder, strategies):
   """Groups of two lengths from the real input pipeline: on 1 replica and
   on 2 the same losses and weights, and each strategy's train loop traced
-  exactly once per bucket, called without `prepare` as on a TPU (each
-  trace one XLA program under jit_compile); the eval loop, which
-  `evaluate` prepares off TPUs, once for both buckets over two passes."""
+  exactly once per bucket (each trace one XLA program under jit_compile);
+  the eval loop too, over two whole passes."""
   preprocessor = hub.load(demo_paths["preprocessor"])
   packer = preprocessing.make_packer(preprocessor, 8)
   testing.varied_csv(tmp_path / "d.csv", 40)
@@ -456,7 +455,7 @@ def test_bucketed_groups_give_one_and_two_replicas_the_same_weights(
   passes = [train_step.evaluate(eval_loop, dist) for _ in range(2)]
   assert [p["examples"] for p in passes] == [40, 40]
   assert passes[0]["loss"] == passes[1]["loss"]
-  assert eval_loop.experimental_get_tracing_count() == 1
+  assert eval_loop.experimental_get_tracing_count() == 2
 
 
 def _training(strategy, encoder_path, split, packer, spe, rows):
@@ -475,10 +474,8 @@ def _training(strategy, encoder_path, split, packer, spe, rows):
                              optimization.WarmupLinearDecay(1e-3, 2 * spe, 2))
   loop = train_step.make_train_loop(strategy,
                                     train_step.make_train_step(model, opt, 6))
-  dist = strategy.experimental_distribute_dataset(groups)
-  loop.prepare(dist.element_spec)  # as `Trainer` does: one trace, rows open
   losses, shapes, done = [], set(), 0
-  for group in dist:
+  for group in strategy.experimental_distribute_dataset(groups):
     count = int(train_step.group_count(strategy, group))
     ids = strategy.experimental_local_results(group["input_word_ids"])[0]
     shapes.add(ids.shape[0] * strategy.num_replicas_in_sync)
@@ -496,9 +493,8 @@ def test_shared_rows_train_the_weights_of_fixed_shapes(tmp_path, demo_paths,
                                                        strategies):
   """Dropout off: 2 epochs in shared rows on 2 replicas (2 rows a batch
   of 6, or one example a row when 2 do not hold it) give the loss and the
-  final weights of fixed shapes on 1; the train loop, prepared for the
-  stream's spec (rows open), is traced once for both row counts. The eval
-  in rows scores as fixed shapes."""
+  final weights of fixed shapes on 1; the train loop is traced once per
+  row count. The eval in rows scores as fixed shapes."""
   preprocessor = hub.load(demo_paths["preprocessor"])
   packer = preprocessing.make_packer(preprocessor, 16)
   testing.varied_csv(tmp_path / "d.csv", 40)
@@ -508,7 +504,7 @@ def test_shared_rows_train_the_weights_of_fixed_shapes(tmp_path, demo_paths,
   losses, weights, loop, shapes = _training(two, no_dropout_encoder, split,
                                             packer, 6, (2,))
   assert shapes == {2, 6}  # both shapes trained: the overflow too
-  assert loop.experimental_get_tracing_count() == 1
+  assert loop.experimental_get_tracing_count() == 2
   np.testing.assert_allclose(np.sum(losses), np.sum(fixed), atol=1e-4)
   assert fixed[0] != fixed[-1]
   for a, b in zip(weights, w0):

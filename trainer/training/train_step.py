@@ -19,10 +19,6 @@ import tensorflow as tf
 from trainer.data import preprocessing
 from trainer.data import row_layout
 from trainer.evaluation import metrics
-from trainer.runtime import distribute
-
-# The loops' int32 scalar arguments (offset, num_steps).
-_INDEX = tf.TensorSpec([], tf.int32)
 
 
 def encoder_inputs(batch):
@@ -287,12 +283,10 @@ def make_train_loop(strategy, step):
   (`input_pipeline.train_groups`); the loop runs batches offset ..
   offset + num_steps - 1 of it, one `strategy.run` each inside a
   `tf.while_loop` (`offset` and `num_steps` int32 scalar tensors, so it
-  never retraces for them). `train_loop.prepare(element_spec)` (the
-  distributed dataset's) traces it once for every group shape off TPUs
-  (`prepare_loop`); on a TPU, and without `prepare`, it is traced once per
-  group shape, one compiled program per bucket or row count. The loss is
-  averaged over the steps, the gradient norm over the steps that applied
-  their update (float16 overflows skip).
+  never retraces for them). It is traced once per group shape: once per
+  bucket or row count, which is one compiled program each on a TPU or
+  under XLA. The loss is averaged over the steps, the gradient norm over
+  the steps that applied their update (float16 overflows skip).
   """
 
   def replica_step(group, i):
@@ -316,34 +310,14 @@ def make_train_loop(strategy, step):
     n = tf.cast(num_steps, tf.float32)
     return loss_sum / n, norm_sum / tf.maximum(applied, 1.0), applied
 
-  train_loop.prepare = lambda spec: prepare_loop(strategy, train_loop, spec,
-                                                 _INDEX, _INDEX)
   return train_loop
-
-
-def prepare_loop(strategy, loop, element_spec, *scalars):
-  """Off TPUs, traces `loop` once for `element_spec` (a distributed
-  dataset's: the dimension that varies by group, rows or length, is None),
-  so every group shape calls that one graph: one trace, one graph
-  optimization and one set of kernels per run instead of one per bucket or
-  row count (a demo run traced its loops twice over). tf.function's
-  dispatch sends each call, whatever its static shape, to it; a second
-  `prepare` with the same spec finds it. XLA (--jit_compile) still
-  compiles its cluster once per shape it meets, at run time.
-
-  On a TPU it does nothing: the TPU compiles one program per shape, from
-  the static shapes of the first group of each (`make_train_loop`).
-  `scalars`: the specs of the loop's other arguments."""
-  if not distribute.is_tpu(strategy):
-    loop.get_concrete_function(element_spec, *scalars)
 
 
 def make_eval_loop(strategy, step, num_classes):
   """Returns eval_loop(group) -> the float32 sums of `eval_layout` over the
   real batches of a distributed eval group (`input_pipeline.eval_groups`);
   for a regression also `GATHERED`, each [the group's examples incl.
-  padding] in order. Traced once, or once per bucket or row count on a
-  TPU (`prepare_loop`, which `evaluate` calls)."""
+  padding] in order. Traced once per bucket."""
   layout = eval_layout(num_classes)
   sizes = [int(np.prod(shape, dtype=np.int64)) for _, shape in layout]
   gathered = GATHERED if num_classes == 1 else ()
@@ -388,14 +362,12 @@ def make_eval_loop(strategy, step, num_classes):
     return result
 
   eval_loop.layout, eval_loop.gathered = layout, gathered
-  eval_loop.prepare = lambda spec: prepare_loop(strategy, eval_loop, spec)
   return eval_loop
 
 
 def _sum_groups(eval_loop, groups):
   """The eval sums over every group of a distributed eval dataset (the
   gathered arrays concatenated in order)."""
-  eval_loop.prepare(groups.element_spec)
   totals = None
   for group in groups:
     out = {k: v.numpy() for k, v in eval_loop(group).items()}

@@ -76,7 +76,6 @@ class Trainer:
     if self._groups is None:
       self._groups = self._dataset(self.state.data_position)
       self._group = None
-      self.train_loop.prepare(self._groups.element_spec)
     if self._group is None or self._used >= self._count:
       self._group = next(self._groups)
       first, self._count = self._meta(self._group)
