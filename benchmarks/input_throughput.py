@@ -143,9 +143,8 @@ def main():
       type=int,
       default=1200,
       help="timed, after a warm-up of a layout block's rows "
-      "(row_layout.ROW_BLOCK, 1,024) or 3 groups, whichever is more (the "
-      "default: two epochs of the 20,000 shared tweets, a few seconds a "
-      "measurement)")
+      "(row_layout.ROW_BLOCK) or 3 groups, whichever is more (the default: "
+      "two epochs of the 20,000 shared tweets, a few seconds a measurement)")
   parser.add_argument(
       "--repeats",
       type=int,

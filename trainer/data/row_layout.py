@@ -240,10 +240,8 @@ def pack_texts(packer, texts, seq_length):
 # Shared rows: rows tokenized and laid out per map call, about (whole
 # groups): first-fit decreasing is one loop over a batch's examples for
 # all the call's batches at once, so its cost is per call. 1,024 rather
-# than 2,048: twice the calls for tf.data's parallel map to spread over
-# the cores (2 cores, Zen 4 EPYC, seq 48: 0.84x the fixed-shape stream
-# against 0.71-0.72x; 1 core 0.85x against 0.83-0.84x; RESULTS.md,
-# "Host stream").
+# than 2,048: more calls for tf.data's parallel map to spread over the
+# cores (BUILD_NOTES.md, "On the host").
 ROW_BLOCK = 1024
 
 
