@@ -12,6 +12,7 @@ for `controller.train` and `finish.finish`.
 """
 
 import dataclasses
+import functools
 
 from absl import logging
 import tensorflow as tf
@@ -292,9 +293,11 @@ def _evaluator(c, strategy, state, task, data):
   group = shared_rows.group_size(c.steps_per_loop) if rows else c.steps_per_loop
 
   def dataset(split):
-    return lambda: strategy.experimental_distribute_dataset(
+    # Built at the first eval and iterated afresh at each (the pipeline's
+    # maps are traced and the strategy's rewrite made once a run).
+    return functools.cache(lambda: strategy.experimental_distribute_dataset(
         input_pipeline.eval_groups(split, packer, buckets, eval_batch, group,
-                                   rows or None))
+                                   rows or None)))
 
   return trainer_lib.Evaluator(
       train_step.make_eval_loop(
