@@ -381,42 +381,50 @@ def race_sizes(args, sizes, workdir, results):
   for size in sizes:
     paths = contenders.build_assets(workdir, size)
     raced = race(args, size, paths, names)
-    rates = {k: v["examples_per_second"] for k, v in raced.items()}
-    results["examples_per_second"][size] = rates
-    results["contenders"][size] = raced
-    peers = [rates[p] for p in contenders.PEERS if p in rates]
-    ours = rates.get("trainer_best")
-    if ours and peers:
-      results["ratio_vs_best_peer"][size] = ours / max(peers)
-    flops = training_flops_per_example(paths["config"], args.seq_length)
-    results["flops_per_example"][size] = flops
-    # A bucketed contender computes at its mean padded length (the S^2 term
-    # of that mean: within a few % of the buckets' own mix).
-    results["mfu"][size] = {
-        name:
-            rate * training_flops_per_example(
-                paths["config"], raced[name]["padded_tokens"] or
-                args.seq_length) / matmul_rate(results, name)
-        for name, rate in rates.items()
-    }
-    if ours and "trainer_bf16" in rates:
-      results["bf16_speedup"][size] = rates["trainer_bf16"] / ours
-    for kind in ("bucketed", "shared_rows"):
-      rate = rates.get(f"trainer_{kind}")
-      if rate:
-        bf16 = rates.get(f"trainer_{kind}_bf16")
-        results[kind][size] = dict(
-            vs_fixed=rate / ours if ours else None,
-            vs_best_peer=rate / max(peers) if peers else None,
-            bf16_vs_fixed_bf16=bf16 /
-            rates["trainer_bf16"] if bf16 and "trainer_bf16" in rates else None)
-    if "trainer_bf16" in rates and "keras_hub_bf16" in rates:
-      results["bf16_vs_keras_hub"][size] = (
-          rates["trainer_bf16"] / rates["keras_hub_bf16"])
-    if size == "demo" and "trainer_loop1" in rates and ours:
-      # Per-step host overhead: time per step saved by steps_per_loop.
-      results["per_step_overhead_ms"] = 1000 * args.batch_size * (
-          1 / rates["trainer_loop1"] - 1 / ours)
+    add_figures(results, size, raced, paths["config"], args.seq_length,
+                args.batch_size)
+
+
+def add_figures(results, size, raced, config, seq_length, batch_size):
+  """Enters in `results` what one size's race measured (`raced`: each
+  contender's `race` record) and the figures derived from its rates: the
+  ratios, MFU (`config`: the encoder's), and from the demo's
+  trainer_loop1 the per-step host overhead."""
+  rates = {k: v["examples_per_second"] for k, v in raced.items()}
+  results["examples_per_second"][size] = rates
+  results["contenders"][size] = raced
+  peers = [rates[p] for p in contenders.PEERS if p in rates]
+  ours = rates.get("trainer_best")
+  if ours and peers:
+    results["ratio_vs_best_peer"][size] = ours / max(peers)
+  flops = training_flops_per_example(config, seq_length)
+  results["flops_per_example"][size] = flops
+  # A bucketed contender computes at its mean padded length (the S^2 term
+  # of that mean: within a few % of the buckets' own mix).
+  results["mfu"][size] = {
+      name:
+          rate * training_flops_per_example(
+              config, raced[name]["padded_tokens"] or seq_length) /
+          matmul_rate(results, name) for name, rate in rates.items()
+  }
+  if ours and "trainer_bf16" in rates:
+    results["bf16_speedup"][size] = rates["trainer_bf16"] / ours
+  for kind in ("bucketed", "shared_rows"):
+    rate = rates.get(f"trainer_{kind}")
+    if rate:
+      bf16 = rates.get(f"trainer_{kind}_bf16")
+      results[kind][size] = dict(
+          vs_fixed=rate / ours if ours else None,
+          vs_best_peer=rate / max(peers) if peers else None,
+          bf16_vs_fixed_bf16=bf16 /
+          rates["trainer_bf16"] if bf16 and "trainer_bf16" in rates else None)
+  if "trainer_bf16" in rates and "keras_hub_bf16" in rates:
+    results["bf16_vs_keras_hub"][size] = (
+        rates["trainer_bf16"] / rates["keras_hub_bf16"])
+  if size == "demo" and "trainer_loop1" in rates and ours:
+    # Per-step host overhead: time per step saved by steps_per_loop.
+    results["per_step_overhead_ms"] = 1000 * batch_size * (
+        1 / rates["trainer_loop1"] - 1 / ours)
 
 
 def matmul_rate(results, contender):
