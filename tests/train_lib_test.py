@@ -85,6 +85,14 @@ def test_train_and_finish(trained):
   assert summary["final_step"] == 8 and summary["start_step"] == 0
   assert summary["eval_examples"] == 1000
   assert summary == json.load(open(run.out.summary_json))
+  # The evals iterate the eval pipeline built at the first (one object a
+  # run): another pass over it scores the handed-over model as finish did.
+  validation = job.evaluator.datasets["validation"]
+  assert validation() is validation()
+  again = job.evaluator.evaluate()
+  assert again["loss"] == summary["eval_loss"]
+  assert again["accuracy"] == summary["eval_accuracy"]
+  assert again["examples"] == 1000
   names = [
       os.path.basename(p) for p in tf.train.get_checkpoint_state(
           run.out.checkpoints).all_model_checkpoint_paths
