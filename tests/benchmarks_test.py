@@ -150,11 +150,10 @@ def _raced(rate, padded):
 def test_the_race_figures():
   """What `add_figures` derives from a size's rates, here every contender
   the ratios read (examples/s chosen to give round figures)."""
-  results = {
-      k: {} for k in ("examples_per_second", "contenders", "bucketed",
-                     "shared_rows", "ratio_vs_best_peer", "mfu", "bf16_speedup",
-                     "bf16_vs_keras_hub", "flops_per_example")
-  }
+  kinds = ("examples_per_second", "contenders", "bucketed", "shared_rows",
+           "ratio_vs_best_peer", "mfu", "bf16_speedup", "bf16_vs_keras_hub",
+           "flops_per_example")
+  results = {k: {} for k in kinds}
   results.update(
       matmul_flops_per_second=1e12, bfloat16_matmul_flops_per_second=2e12)
   raced = dict(
