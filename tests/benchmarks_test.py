@@ -71,8 +71,9 @@ def test_drill(drills, name):
 # same code with another setting: trainer_loop1 and trainer_bf16 are
 # trainer_best with --steps_per_loop=1 and --precision=bfloat16;
 # trainer_naive, keras_recipe, keras_hub in float32), to keep the suite's
-# time: each contender is a process (`test_the_race_figures` checks what
-# the others' rates give).
+# time: each contender is a process. `test_the_race_figures` checks the
+# figures and report lines the others' rates give; their set-up
+# (`contenders.make_contender`'s two flags) runs only in a real race.
 RACED = ("trainer_best,trainer_bucketed,trainer_shared_rows,keras_recipe_spe,"
          "keras_hub_bf16")
 
@@ -143,28 +144,39 @@ def test_train_throughput_quick_mode(tmp_path):
       rates["trainer_shared_rows"] / rates["trainer_best"])
 
 
-def _raced(rate, padded):
-  return dict(examples_per_second=rate, padded_tokens=padded)
+def _raced(rate, padded, buckets=(128,)):
+  """A contender's `race` record: `padded` tokens an example (None: a peer
+  that does not report them), 18 real ones."""
+  return dict(
+      examples_per_second=rate,
+      real_tokens=18,
+      padded_tokens=padded,
+      buckets=list(buckets),
+      traces=len(buckets))
 
 
-def test_the_race_figures():
-  """What `add_figures` derives from a size's rates, here every contender
-  the ratios read (examples/s chosen to give round figures)."""
+def test_the_race_figures(capsys):
+  """What `add_figures` derives from a size's rates, with every contender
+  the ratios read (examples/s chosen to give round figures), and the
+  report's lines of them."""
   kinds = ("examples_per_second", "contenders", "bucketed", "shared_rows",
            "ratio_vs_best_peer", "mfu", "bf16_speedup", "bf16_vs_keras_hub",
            "flops_per_example")
   results = {k: {} for k in kinds}
   results.update(
-      matmul_flops_per_second=1e12, bfloat16_matmul_flops_per_second=2e12)
+      machine="test",
+      settings=dict(steps_per_loop=dict(demo=4, minilm=5)),
+      matmul_flops_per_second=1e12,
+      bfloat16_matmul_flops_per_second=2e12)
   raced = dict(
       trainer_best=_raced(100.0, 128),
       trainer_loop1=_raced(80.0, 128),
       trainer_bf16=_raced(150.0, 128),
-      trainer_bucketed=_raced(250.0, 40),
-      trainer_shared_rows=_raced(400.0, 20),
-      trainer_shared_rows_bf16=_raced(600.0, 20),
+      trainer_bucketed=_raced(250.0, 40, (32, 64, 128)),
+      trainer_shared_rows=_raced(400.0, 20, (5, 6, 8)),
+      trainer_shared_rows_bf16=_raced(600.0, 20, (5, 6, 8)),
       keras_recipe_spe=_raced(50.0, 128),
-      keras_hub=_raced(80.0, 128),
+      keras_hub=_raced(80.0, None),
       keras_hub_bf16=_raced(120.0, 128))
   config = dict(hidden_size=8, num_layers=2, intermediate_size=32)
   train_throughput.add_figures(results, "demo", raced, config, 128, 32)
@@ -183,14 +195,32 @@ def test_the_race_figures():
   mfu = results["mfu"]["demo"]
   assert mfu["trainer_best"] == 100 * flops / 1e12
   assert mfu["trainer_bf16"] == 150 * flops / 2e12
+  assert mfu["keras_hub"] == 80 * flops / 1e12  # no padded length: 128
   # A shorter padded length computes fewer FLOPs an example.
   assert mfu["trainer_shared_rows"] == (
       400 * train_throughput.training_flops_per_example(config, 20) / 1e12)
+  train_throughput.report(results)
+  printed = capsys.readouterr().out
+  expected = [
+      "| demo | trainer_shared_rows | float32 | 400.0 | 4.00x | 7200 | 10% |",
+      "demo: trainer_shared_rows row counts [5, 6, 8], its train loop "
+      "traced 3 times",
+      "demo: trainer_bucketed vs fixed 2.50x, vs best peer 3.12x",
+      "demo: trainer_best / best float32 peer = 1.25x",
+      "demo: bfloat16 / float32 (trainer) = 1.50x",
+      "demo: trainer_bf16 / keras_hub_bf16 = 1.25x",
+      "per-step host overhead saved by steps_per_loop=4 (demo): 80.00 ms/step",
+  ]
+  assert [line for line in expected if line not in printed] == []
   # No per-step overhead without trainer_loop1, nor for the MiniLM size.
-  later = dict(results)
-  del later["per_step_overhead_ms"]
-  train_throughput.add_figures(later, "minilm", raced, config, 128, 32)
-  assert "per_step_overhead_ms" not in later
+  without = dict(raced)
+  del without["trainer_loop1"]
+  for size, contenders_raced in (("demo", without), ("minilm", raced)):
+    later = {k: {} for k in kinds}
+    later.update(
+        matmul_flops_per_second=1e12, bfloat16_matmul_flops_per_second=2e12)
+    train_throughput.add_figures(later, size, contenders_raced, config, 128, 32)
+    assert "per_step_overhead_ms" not in later
 
 
 def test_profile_ops_without_a_trace_is_a_clear_error(tmp_path, capsys):

@@ -197,7 +197,8 @@ class Evaluator:
   Args:
     eval_loop: `train_step.make_eval_loop`'s function.
     datasets: {split name: a function returning the split's distributed
-      eval dataset (every example once)}; "validation", and for MNLI
+      eval dataset (every example once; the same object at each call,
+      iterated afresh by each eval)}; "validation", and for MNLI
       "validation_mismatched" beside it.
     metric_names: what evals report beside loss (the Task's metrics).
     weights: a context in which the model holds the weights to evaluate
