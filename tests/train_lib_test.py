@@ -705,3 +705,21 @@ def test_the_moving_average_is_what_evals_and_exports_use(
   assert scored.returncode == 0, scored.stderr
   assert json.loads(scored.stdout)["accuracy"] == pytest.approx(
       summary["eval_accuracy"], abs=1e-6)
+
+
+def test_shared_rows_evals_iterate_one_pipeline_afresh(tmp_path, demo_paths):
+  """Every eval of a run iterates the eval pipeline built at the first: in
+  shared rows (the layout's stream restarts at each pass) two evals of the
+  same weights score the same, every validation review counted once."""
+  c = _config(tmp_path, demo_paths, seq_buckets="none", train_steps=4)
+  job = launch.setup(c)
+  try:
+    assert job.facts.shared_rows  # row counts, chosen by `auto`
+    validation = job.evaluator.datasets["validation"]
+    first = job.evaluator.evaluate()
+    second = job.evaluator.evaluate()
+    assert validation() is validation()
+  finally:
+    job.close()
+  assert sorted(first) == sorted(second) and first["examples"] == 1000
+  assert [k for k in first if not np.array_equal(first[k], second[k])] == []
