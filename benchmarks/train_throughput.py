@@ -385,6 +385,23 @@ def race_sizes(args, sizes, workdir, results):
                 args.batch_size)
 
 
+# The figures a race gives, each {size: value} (`add_figures`).
+FIGURES = ("examples_per_second", "contenders", "bucketed", "shared_rows",
+           "ratio_vs_best_peer", "mfu", "bf16_speedup", "bf16_vs_keras_hub",
+           "flops_per_example")
+
+
+def new_results(machine, settings, matmul_rate_f32, matmul_rate_bf16):
+  """The results before any race: the machine, the settings, its matmul
+  FLOP/s in float32 and bfloat16, and an empty table of each figure."""
+  return dict(
+      machine=machine,
+      settings=settings,
+      **{k: {} for k in FIGURES},
+      matmul_flops_per_second=matmul_rate_f32,
+      bfloat16_matmul_flops_per_second=matmul_rate_bf16)
+
+
 def add_figures(results, size, raced, config, seq_length, batch_size):
   """Enters in `results` what one size's race measured (`raced`: each
   contender's `race` record) and the figures derived from its rates: the
@@ -482,9 +499,9 @@ def main():
   sizes = _settings(args)
   machine = (f"{platform.node()} {platform.processor() or platform.machine()}"
              f" {os.cpu_count()} cores, Python {platform.python_version()}")
-  results = dict(
-      machine=machine,
-      settings=dict(
+  results = new_results(
+      machine,
+      dict(
           seq_length=args.seq_length,
           batch_size=args.batch_size,
           steps_per_loop=args.loop,
@@ -492,18 +509,8 @@ def main():
           precision=args.precision,
           rounds=args.rounds,
           data=contenders.MRPC if args.data == "mrpc" else args.csv),
-      examples_per_second={},
-      contenders={},
-      bucketed={},
-      shared_rows={},
-      ratio_vs_best_peer={},
-      mfu={},
-      bf16_speedup={},
-      bf16_vs_keras_hub={},
-      flops_per_example={},
-      matmul_flops_per_second=matmul_flops(1.0 if args.quick else 8.0),
-      bfloat16_matmul_flops_per_second=matmul_flops(1.0 if args.quick else 8.0,
-                                                    "bfloat16"))
+      matmul_flops(1.0 if args.quick else 8.0),
+      matmul_flops(1.0 if args.quick else 8.0, "bfloat16"))
   race_sizes(args, sizes, workdir, results)
   if "input" not in args.skip.split(","):
     measure_host_input(args, sizes, workdir, results)

@@ -159,15 +159,8 @@ def test_the_race_figures(capsys):
   """What `add_figures` derives from a size's rates, with every contender
   the ratios read (examples/s chosen to give round figures), and the
   report's lines of them."""
-  kinds = ("examples_per_second", "contenders", "bucketed", "shared_rows",
-           "ratio_vs_best_peer", "mfu", "bf16_speedup", "bf16_vs_keras_hub",
-           "flops_per_example")
-  results = {k: {} for k in kinds}
-  results.update(
-      machine="test",
-      settings=dict(steps_per_loop=dict(demo=4, minilm=5)),
-      matmul_flops_per_second=1e12,
-      bfloat16_matmul_flops_per_second=2e12)
+  results = train_throughput.new_results(
+      "test", dict(steps_per_loop=dict(demo=4, minilm=5)), 1e12, 2e12)
   raced = dict(
       trainer_best=_raced(100.0, 128),
       trainer_loop1=_raced(80.0, 128),
@@ -216,9 +209,7 @@ def test_the_race_figures(capsys):
   without = dict(raced)
   del without["trainer_loop1"]
   for size, contenders_raced in (("demo", without), ("minilm", raced)):
-    later = {k: {} for k in kinds}
-    later.update(
-        matmul_flops_per_second=1e12, bfloat16_matmul_flops_per_second=2e12)
+    later = train_throughput.new_results("test", {}, 1e12, 2e12)
     train_throughput.add_figures(later, size, contenders_raced, config, 128, 32)
     assert "per_step_overhead_ms" not in later
 

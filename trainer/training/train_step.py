@@ -317,7 +317,7 @@ def make_eval_loop(strategy, step, num_classes):
   """Returns eval_loop(group) -> the float32 sums of `eval_layout` over the
   real batches of a distributed eval group (`input_pipeline.eval_groups`);
   for a regression also `GATHERED`, each [the group's examples incl.
-  padding] in order. Traced once per bucket."""
+  padding] in order. Traced once per group shape (bucket or row count)."""
   layout = eval_layout(num_classes)
   sizes = [int(np.prod(shape, dtype=np.int64)) for _, shape in layout]
   gathered = GATHERED if num_classes == 1 else ()
