@@ -69,6 +69,51 @@ def test_too_many_bad_rows_stop_with_file_count_reason_and_lines(tmp_path):
   counts_lib.check_bad_fraction(split, counts, 0.2)  # under the limit
 
 
+@pytest.mark.parametrize("head", [2000, 40])
+def test_count_splits_reads_a_split_shorter_than_its_head_once(
+    tmp_path, monkeypatch, head):
+  """Each split's head (its first `_HEAD_ROWS`) is counted first; a split
+  the head held whole is not read again, a longer one is read whole after
+  it. Either way the counts are a whole pass's, and too many bad rows past
+  the head still stop the run."""
+  monkeypatch.setattr(counts_lib, "_HEAD_ROWS", head)
+  passes = []
+  real_count = counts_lib.count
+
+  def counted(split, limit=None, num_classes=0):
+    passes.append((split.source.path[-5:], limit))
+    return real_count(split, limit=limit, num_classes=num_classes)
+
+  monkeypatch.setattr(counts_lib, "count", counted)
+  short, long = tmp_path / "s.csv", tmp_path / "l.csv"
+  testing.write_csv(short, [(f"short {i}", i % 2) for i in range(30)])
+  testing.write_csv(long, [(f"long {i}", int(i % 3 == 0)) for i in range(90)] +
+                    [("a label of 7", 7)] * 5)
+  splits = {"validation": testing.split(short), "train": testing.split(long)}
+  got = counts_lib.count_splits(splits, 0.1, str(tmp_path / "stats.json"), 2)
+  assert got == {
+      name: real_count(s, num_classes=2) for name, s in splits.items()
+  }
+  assert got["train"]["rows_read"] == 95
+  assert got["train"]["rejected"] == {"label_not_in_map": 5}
+  assert got["train"]["classes"] == {"0": 60, "1": 30}
+  assert got["validation"]["classes"] == {"0": 15, "1": 15}
+  heads = [("s.csv", head), ("l.csv", head)]
+  assert passes == heads + ([] if head == 2000 else [("l.csv", None)])
+  # Cached: a second call reads nothing.
+  read = len(passes)
+  assert counts_lib.count_splits(splits, 0.1, str(tmp_path / "stats.json"),
+                                 2) == got
+  assert len(passes) == read
+  # Broken rows past the head stop the run as they did in the head.
+  broken = tmp_path / "b.csv"
+  broken.write_text("text,label\n" + "".join(f"ok {i},1\n" for i in range(45)) +
+                    "".join(f"broken {i}\n" for i in range(50)))
+  with pytest.raises(sources.DataError, match="50 of 95 rows rejected"):
+    counts_lib.count_splits({"train": testing.split(broken)}, 0.1,
+                            str(tmp_path / "broken.json"), 2)
+
+
 def _mock(rows_by_split):
 
   def as_dataset(self, split, **kwargs):

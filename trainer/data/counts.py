@@ -150,7 +150,8 @@ def count_splits(splits, max_bad_fraction, cache_path, num_classes=0):
   them).
 
   Every split's first rows are counted before any is read whole, so a wrong
-  layout fails in seconds rather than after millions of rows.
+  layout fails in seconds rather than after millions of rows; a split
+  shorter than that head was read whole by it, and is not read again.
   """
   # The file's size and time are part of the key: an edited file is
   # counted again.
@@ -160,12 +161,17 @@ def count_splits(splits, max_bad_fraction, cache_path, num_classes=0):
   cached = run_dir.read_json(cache_path)
   if cached and cached.get("key") == key:
     return cached["counts"]
-  for split in splits.values():
-    check_bad_fraction(split, count(split, limit=_HEAD_ROWS), max_bad_fraction)
+  heads = {}
+  for name, split in splits.items():
+    heads[name] = count(split, limit=_HEAD_ROWS, num_classes=num_classes)
+    check_bad_fraction(split, heads[name], max_bad_fraction)
   counts = {}
   for name, split in splits.items():
-    counts[name] = count(split, num_classes=num_classes)
-    check_bad_fraction(split, counts[name], max_bad_fraction)
+    if heads[name]["rows_read"] < _HEAD_ROWS:  # the head held every row
+      counts[name] = heads[name]
+    else:
+      counts[name] = count(split, num_classes=num_classes)
+      check_bad_fraction(split, counts[name], max_bad_fraction)
     logging.info("Split %s: %d rows read, %d used, rejected %s", name,
                  counts[name]["rows_read"], counts[name]["rows_used"],
                  counts[name]["rejected"] or "none")
