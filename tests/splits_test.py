@@ -87,8 +87,10 @@ def test_count_splits_reads_a_split_shorter_than_its_head_once(
   monkeypatch.setattr(counts_lib, "count", counted)
   short, long = tmp_path / "s.csv", tmp_path / "l.csv"
   testing.write_csv(short, [(f"short {i}", i % 2) for i in range(30)])
-  testing.write_csv(long, [(f"long {i}", int(i % 3 == 0)) for i in range(90)] +
-                    [("a label of 7", 7)] * 5)
+  # Rows outside the label map first: a head of 40 uses only 35 rows, and
+  # still has not read the split whole.
+  testing.write_csv(long, [("a label of 7", 7)] * 5 +
+                    [(f"long {i}", int(i % 3 == 0)) for i in range(90)])
   splits = {"validation": testing.split(short), "train": testing.split(long)}
   got = counts_lib.count_splits(splits, 0.1, str(tmp_path / "stats.json"), 2)
   assert got == {
@@ -105,7 +107,8 @@ def test_count_splits_reads_a_split_shorter_than_its_head_once(
   assert counts_lib.count_splits(splits, 0.1, str(tmp_path / "stats.json"),
                                  2) == got
   assert len(passes) == read
-  # Broken rows past the head stop the run as they did in the head.
+  # Too many broken rows stop the run: found by the whole pass when they
+  # lie past the head (40), by the head when it holds them (2000).
   broken = tmp_path / "b.csv"
   broken.write_text("text,label\n" + "".join(f"ok {i},1\n" for i in range(45)) +
                     "".join(f"broken {i}\n" for i in range(50)))
