@@ -271,8 +271,10 @@ def _train_run(handles, folder, train_file, **overrides):
   """A run of 2 steps on the first 200 rows of `train_file` with the
   encoder and preprocessor in folder `handles` (a conversion's, or the
   demo's),
-  exported (one sequence length: no bucket traces a step of its own), and
-  its Hugging Face export: (model_dir, hf_dir)."""
+  exported (one sequence length, one example a row: no bucket or row count
+  traces a step of its own), and its Hugging Face export: (model_dir,
+  hf_dir)."""
+  overrides = dict(dict(seq_buckets="none", shared_rows="none"), **overrides)
   c = tiny_config(
       folder / "run",
       "",
@@ -285,7 +287,6 @@ def _train_run(handles, folder, train_file, **overrides):
       checkpoint_every=2,
       batch_size=8,
       eval_batch_size=64,
-      seq_buckets="none",
       validation_fraction=0.05,
       export=True,
       **overrides)
@@ -392,7 +393,9 @@ GARDEN = os.path.join(ROOT, "tests", "data", "model_garden_bert")
 
 def _garden_run(folder, demo_root, **overrides):
   """A 4-step demo run on the Model Garden encoder and TF Hub preprocessor
-  in `folder`, exported both ways: (model_dir, hf_dir)."""
+  in `folder`, exported both ways: (model_dir, hf_dir). One example a row
+  unless `overrides` say otherwise."""
+  overrides = dict(dict(seq_buckets="none", shared_rows="none"), **overrides)
   c = tiny_config(
       folder / "run",
       demo_root,
@@ -400,7 +403,6 @@ def _garden_run(folder, demo_root, **overrides):
       preprocessor_handle=os.path.join(GARDEN, "preprocessor"),
       train_steps=4,
       eval_every=0,
-      seq_buckets="none",
       export=True,
       **overrides)
   train_lib.run(c)
