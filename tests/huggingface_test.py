@@ -267,6 +267,11 @@ def _head(path, rows, folder):
   return target
 
 
+# The parity runs' layout unless a test asks for another: one sequence
+# length, one example a row (one shape: the loop traced once).
+ONE_SHAPE = dict(seq_buckets="none", shared_rows="none")
+
+
 def _train_run(handles, folder, train_file, **overrides):
   """A run of 2 steps on the first 200 rows of `train_file` with the
   encoder and preprocessor in folder `handles` (a conversion's, or the
@@ -274,7 +279,7 @@ def _train_run(handles, folder, train_file, **overrides):
   exported (one sequence length, one example a row: no bucket or row count
   traces a step of its own), and its Hugging Face export: (model_dir,
   hf_dir)."""
-  overrides = dict(dict(seq_buckets="none", shared_rows="none"), **overrides)
+  overrides = {**ONE_SHAPE, **overrides}
   c = tiny_config(
       folder / "run",
       "",
@@ -395,7 +400,7 @@ def _garden_run(folder, demo_root, **overrides):
   """A 4-step demo run on the Model Garden encoder and TF Hub preprocessor
   in `folder`, exported both ways: (model_dir, hf_dir). One example a row
   unless `overrides` say otherwise."""
-  overrides = dict(dict(seq_buckets="none", shared_rows="none"), **overrides)
+  overrides = {**ONE_SHAPE, **overrides}
   c = tiny_config(
       folder / "run",
       demo_root,
