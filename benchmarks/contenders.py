@@ -149,11 +149,14 @@ class TrainerContender(_Contender):
   `seq_buckets`: "none" (every example at --seq_length) or "auto" (length
   buckets); `shared_rows`: "none" or "auto" (several examples a row). A
   bucketed or shared-rows contender traces each shape's loop before timing
-  (`warm_up`), and its timed chunks together cover a contiguous
-  `--epoch_fraction` of an epoch's steps: its steps cost what their shape
-  costs, and any long stretch of an epoch holds each shape in its share
-  (a bucket's groups leave as its rows fill them, evenly over a shuffled
-  epoch; a batch's row count is a draw of its own)."""
+  (`warm_up`). Every trainer contender's timed chunks together cover a
+  contiguous `--epoch_fraction` of an epoch's steps: a bucketed or
+  shared-rows step costs what its shape costs, and any long stretch of an
+  epoch holds each shape in its share (a bucket's groups leave as its rows
+  fill them, evenly over a shuffled epoch; a batch's row count is a draw of
+  its own); a fixed-shape contender times as many steps a round, so the
+  layouts compared are timed as long and meet the machine's drift alike
+  (its chunks were one loop, a few seconds, until stop 55)."""
 
   def __init__(self,
                args,
@@ -192,11 +195,9 @@ class TrainerContender(_Contender):
     print(self.job.facts.route.note, file=sys.stderr)
     self.steps_per_call = steps_per_loop
     self.tokens = _tokens(self.job)
-    self.chunk = None
-    if len(self.job.facts.shapes) > 1:
-      steps = int(self.job.plan.steps_per_epoch * args.epoch_fraction)
-      loops = -(-steps // args.rounds // steps_per_loop)
-      self.chunk = max(1, loops) * steps_per_loop
+    steps = int(self.job.plan.steps_per_epoch * args.epoch_fraction)
+    loops = -(-steps // args.rounds // steps_per_loop)
+    self.chunk = max(1, loops) * steps_per_loop
 
   def warm_up(self):
     if len(self.job.facts.shapes) > 1:
@@ -204,7 +205,8 @@ class TrainerContender(_Contender):
     self._loops(self.steps_per_call)
 
   def run(self, steps):
-    return self._loops(self.chunk or steps)
+    del steps  # the chunk above
+    return self._loops(self.chunk)
 
   def _loops(self, steps):
     """The same loops `python -m trainer.main` runs: `Trainer.train`, which

@@ -337,8 +337,9 @@ def parse_args():
   add("--epoch_fraction",
       type=float,
       default=1.0,
-      help="the share of an epoch a bucketed contender's timed chunks cover "
-      "together (its steps differ in cost by bucket)")
+      help="the share of an epoch each trainer contender's timed chunks "
+      "cover together (a bucketed or shared-rows step costs what its shape "
+      "costs; fixed shapes time as many steps)")
   add("--data",
       default="sentiment140",
       choices=("sentiment140", "mrpc"),
@@ -371,7 +372,8 @@ def _settings(args):
       "demo": args.steps_per_loop,
       "minilm": args.minilm_steps_per_loop
   }
-  # Steps per timed chunk: whole loops, a few seconds each.
+  # The peers' steps per timed chunk: whole loops, a few seconds each (the
+  # trainer's contenders time --epoch_fraction of an epoch over the rounds).
   args.steps = dict(args.loop)
   return sizes
 
