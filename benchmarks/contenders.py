@@ -155,8 +155,7 @@ class TrainerContender(_Contender):
   epoch holds each shape in its share (a bucket's groups leave as its rows
   fill them, evenly over a shuffled epoch; a batch's row count is a draw of
   its own); a fixed-shape contender times as many steps a round, so the
-  layouts compared are timed as long and meet the machine's drift alike
-  (its chunks were one loop, a few seconds, until stop 55)."""
+  layouts compared are timed as long and meet the machine's drift alike."""
 
   def __init__(self,
                args,

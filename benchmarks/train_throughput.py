@@ -4,8 +4,10 @@ r"""Training throughput of this trainer against its peers, in one run.
 
 Contenders, each a long-lived worker process that builds its model and
 warms up once, then runs timed chunks on command; the parent alternates them
-(A B C ... A B C ...) so drift hits all equally, and reports the median of
-`--rounds` chunks:
+(A B C ... A B C ...) so drift hits all equally, for `--rounds` rounds, and
+reports each contender's examples over the seconds of all its chunks (the
+median chunk too, `median_round` in the JSON). The trainer's contenders time
+`--epoch_fraction` of an epoch over the rounds; the peers one loop a round:
 
   trainer_best   the trainer as `python -m trainer.main` sets it up
                  (`launch.setup`): tf.while_loop of --steps_per_loop
