@@ -199,7 +199,7 @@ class TrainerContender(_Contender):
     self.chunk = max(1, loops) * steps_per_loop
 
   def warm_up(self):
-    if len(self.job.facts.shapes) > 1:
+    if len(self.job.data.layout.shapes) > 1:
       _trace_every_shape(self.job)
     self._loops(self.steps_per_call)
 
@@ -222,12 +222,11 @@ class TrainerContender(_Contender):
 
 def _train_data(job):
   """The job's training split and packer (as `launch.setup` builds them)."""
-  from trainer.data import preprocessing  # pylint: disable=g-import-not-at-top
   from trainer.data import splits  # pylint: disable=g-import-not-at-top
   from trainer.training import inputs  # pylint: disable=g-import-not-at-top
   c, task = job.run.config, job.run.task
   split = splits.make_splits(task, inputs.data_spec(c, task))["train"]
-  return split, preprocessing.make_packer(job.preprocessor, c.seq_length)
+  return split, job.data.packer
 
 
 def _tokens(job):
@@ -243,11 +242,11 @@ def _tokens(job):
   histogram = input_pipeline.length_histogram(split, packer, c.seq_length)
   rows = max(int(histogram.sum()), 1)
   real = float((histogram * range(c.seq_length + 1)).sum()) / rows
-  padded = buckets_lib.padded_tokens(histogram, job.facts.buckets) / rows
-  if job.facts.shared_rows:
+  layout = job.data.layout
+  padded = buckets_lib.padded_tokens(histogram, layout.lengths) / rows
+  if layout.rows:
     needed = shared_rows.simulate(histogram, c.batch_size, c.seq_length)
-    expected = shared_rows.expected_rows(needed, job.facts.shared_rows[:-1],
-                                         c.batch_size)
+    expected = shared_rows.expected_rows(needed, layout.ladder, c.batch_size)
     padded = expected * c.seq_length / c.batch_size
   return real, padded
 
@@ -257,28 +256,16 @@ def _trace_every_shape(job):
   count a batch of the first epoch runs at (real rows of the training
   split), so no trace or compile falls in a timed chunk."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from trainer.foundation import buckets as buckets_lib  # noqa: E501  pylint: disable=g-import-not-at-top
-  from trainer.foundation import shared_rows  # noqa: E501  pylint: disable=g-import-not-at-top
   from trainer.data import input_pipeline  # pylint: disable=g-import-not-at-top
-  c, strategy = job.run.config, job.run.strategy
+  strategy, layout = job.run.strategy, job.data.layout
   split, packer = _train_data(job)
-  ladder = job.facts.shared_rows
   groups = input_pipeline.train_groups(
-      split,
-      packer,
-      job.facts.buckets,
-      c.batch_size,
-      shared_rows.group_size(c.steps_per_loop)
-      if ladder else buckets_lib.group_size(
-          c.steps_per_loop, job.facts.buckets, chosen=c.bucket_group_batches),
-      job.plan.steps_per_epoch,
-      seed=1,
-      rows=ladder[:-1] if ladder else None)
+      split, packer, layout, job.plan.steps_per_epoch, seed=1)
   found = {}
   for i, group in enumerate(groups):
-    shape = group["input_word_ids"].shape[0 if ladder else 2]
+    shape = group["input_word_ids"].shape[0 if layout.rows else 2]
     found.setdefault(int(shape), group)
-    if len(found) == len(job.facts.shapes) or i > job.plan.steps_per_epoch:
+    if len(found) == len(layout.shapes) or i > job.plan.steps_per_epoch:
       break
   loop = job.trainer.train_loop
   for group in found.values():

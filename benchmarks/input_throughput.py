@@ -95,6 +95,7 @@ def measure(csv_path,
   from trainer.data import preprocessing  # pylint: disable=g-import-not-at-top
   from trainer.data import sources  # pylint: disable=g-import-not-at-top
   from trainer.data import splits  # pylint: disable=g-import-not-at-top
+  from trainer.foundation import layout as layout_lib  # noqa: E501  pylint: disable=g-import-not-at-top
   from trainer.foundation import shared_rows  # noqa: E501  pylint: disable=g-import-not-at-top
   if preprocessor_handle == "demo":
     preprocessor_handle = demo.ensure_assets()["preprocessor"]
@@ -106,15 +107,19 @@ def measure(csv_path,
   if layout == "shared_rows":
     histogram = input_pipeline.length_histogram(split, packer, seq_length)
     rows = shared_rows.choose(histogram, batch_size)
+  shape = layout_lib.Layout(
+      seq_length=seq_length,
+      batch_size=batch_size,
+      lengths=(seq_length,),
+      ladder=rows,
+      train_group=GROUP)
   ds = input_pipeline.train_groups(
       split,
-      packer, (seq_length,),
-      batch_size,
-      GROUP,
-      steps_per_epoch=10**6,
+      packer,
+      shape,
+      10**6,
       read_stripes=16,
-      shuffle_buffer=10_000,
-      rows=rows)
+      shuffle_buffer=10_000)
   it = iter(ds)
   # Warm-up (tracing, the stripe scan, the first window, the first block of
   # shared rows): a block's worth of batches, as both layouts see it.

@@ -87,7 +87,7 @@ def worker(args):
   job = getattr(contender, "job", None)
   # The shapes its steps run at: bucket lengths, or row counts (shared
   # rows, the batch last).
-  buckets = list(job.facts.shapes) if job else [args.seq_length]
+  buckets = list(job.data.layout.shapes) if job else [args.seq_length]
   print(
       json.dumps(
           dict(

@@ -89,8 +89,9 @@ def test_export_matches_trainer_eval_step_and_token_ids(demo_run, tmp_path):
   packer = preprocessing.make_packer(preprocessor, c.seq_length)
   batch = next(
       iter(
-          input_pipeline.eval_dataset(split, packer, (c.seq_length,),
-                                      len(TEXTS))))
+          input_pipeline.eval_dataset(
+              split, packer, testing.layout((c.seq_length,), len(TEXTS),
+                                            8))))
   probs = train_step.make_predict_step(model)(batch)
   np.testing.assert_allclose(
       served["probabilities"].numpy(), probs.numpy(), atol=1e-5)
@@ -199,8 +200,8 @@ print(json.dumps(dict(trainer="trainer" in sys.modules,
   batch = next(
       iter(
           input_pipeline.eval_dataset(
-              splits_lib.Split("t", source), packer, (c.seq_length,),
-              len(testing.PAIRS))))
+              splits_lib.Split("t", source), packer,
+              testing.layout((c.seq_length,), len(testing.PAIRS), 8))))
   probabilities = train_step.make_predict_step(model)(batch)
   np.testing.assert_allclose(
       served["probabilities"], probabilities.numpy(), atol=1e-5)

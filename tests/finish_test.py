@@ -10,6 +10,7 @@ import json
 import pytest
 
 from trainer.foundation import errors
+from trainer.foundation import layout
 from trainer.runtime import run_dir
 from trainer.training import actions
 from trainer.training import controller
@@ -35,8 +36,8 @@ class FakeState:
   def restore(self, path):
     self.step, self.weights = self.checkpoints[path]
 
-  def steps_per_length(self, lengths):
-    return {b: self.bucket_steps[b] for b in lengths if b in self.bucket_steps}
+  def steps_per_shape(self, shapes):
+    return {b: self.bucket_steps[b] for b in shapes if b in self.bucket_steps}
 
   def loss_scale_scalars(self):
     return {}
@@ -93,7 +94,8 @@ def _facts(counts=None, buckets=(16, 32)):
       total_steps=20,
       replicas=2,
       route=type("Route", (), dict(precision="float32"))(),
-      buckets=buckets,
+      layout=layout.Layout(
+          seq_length=buckets[-1], batch_size=32, lengths=tuple(buckets)),
       counts=counts or _counts())
 
 

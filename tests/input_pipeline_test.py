@@ -16,6 +16,7 @@ from trainer.data import sources
 from trainer.data import splits as splits_lib
 from trainer.foundation import buckets as buckets_lib
 from trainer.foundation import config as config_lib
+from trainer.foundation import layout as layout_lib
 from trainer.foundation import shared_rows
 from trainer.runtime import run_dir
 from trainer.training import inputs
@@ -36,7 +37,8 @@ def test_distributed_train_data_is_int32_and_static(tmp_path, preprocessor):
   packer = preprocessing.make_packer(preprocessor, 16)
   strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
   ds = input_pipeline.train_groups(
-      testing.split(tmp_path / "d.csv"), packer, (16,), 8, 3, steps_per_epoch=5)
+      testing.split(tmp_path / "d.csv"), packer, testing.layout((16,), 8, 3),
+      5)
   input_pipeline.check_int_features(ds.element_spec)
   dist = strategy.experimental_distribute_dataset(ds)
   want = dict(label=[4, 3], meta=[4, 2])
@@ -49,11 +51,8 @@ def test_distributed_train_data_is_int32_and_static(tmp_path, preprocessor):
       "input_word_ids", "input_mask", "input_type_ids", "label", "meta"
   }
   bucketed = input_pipeline.train_groups(
-      testing.split(tmp_path / "d.csv"),
-      packer, (4, 16),
-      8,
-      3,
-      steps_per_epoch=5)
+      testing.split(tmp_path / "d.csv"), packer,
+      testing.layout((4, 16), 8, 3), 5)
   input_pipeline.check_int_features(bucketed.element_spec)
   assert bucketed.element_spec["input_word_ids"].shape.as_list() == [8, 3, None]
   with pytest.raises(TypeError, match="static batch and group sizes"):
@@ -74,10 +73,8 @@ def test_resumed_stream_equals_tail_of_uninterrupted_stream(
   make = lambda start: input_pipeline.train_dataset(
       split,
       packer,
-      buckets,
-      4,
-      steps_per_epoch=spe,
-      group_size=2,
+      testing.layout(buckets, 4, 2),
+      spe,
       start_step=start,
       seed=5,
       shuffle_buffer=10)
@@ -124,9 +121,9 @@ def test_the_order_ignores_the_process_global_seed(tmp_path, preprocessor):
     tf.random.set_seed(global_seed)
     ds = input_pipeline.train_dataset(
         split,
-        packer, (8,),
-        4,
-        steps_per_epoch=10,
+        packer,
+        testing.layout((8,), 4, 8),
+        10,
         seed=5,
         shuffle_buffer=16,
         shuffle=shuffle)
@@ -148,7 +145,8 @@ def test_eval_counts_every_example_once(tmp_path, preprocessor):
   packer = preprocessing.make_packer(preprocessor, 8)
   batches = list(
       input_pipeline.eval_dataset(
-          testing.split(tmp_path / "d.csv"), packer, (8,), 4, group_size=2))
+          testing.split(tmp_path / "d.csv"), packer,
+          testing.layout((8,), 4, 2)))
   assert len(batches) == 3
   weights = np.concatenate([b["weight"].numpy() for b in batches])
   assert weights.tolist() == [1.0] * 10 + [0.0] * 2
@@ -157,7 +155,8 @@ def test_eval_counts_every_example_once(tmp_path, preprocessor):
   # row is counted once (in the bucket of its length).
   bucketed = list(
       input_pipeline.eval_dataset(
-          testing.split(tmp_path / "d.csv"), packer, (4, 8), 4, group_size=2))
+          testing.split(tmp_path / "d.csv"), packer,
+          testing.layout((4, 8), 4, 2)))
   real = [
       b["input_word_ids"].numpy()[b["weight"].numpy() > 0] for b in bucketed
   ]
@@ -223,9 +222,9 @@ def _first_batches_label_mix(path, stripes, demo_paths):
   split = splits_lib.Split("train", sources.FileSource(str(path), {0: 0, 4: 1}))
   ds = input_pipeline.train_dataset(
       split,
-      packer, (8,),
-      32,
-      steps_per_epoch=100,
+      packer,
+      testing.layout((8,), 32, 8),
+      100,
       shuffle_buffer=64,
       read_stripes=stripes)
   return [float(np.mean(b["label"].numpy())) for b in ds.take(20)]
@@ -252,10 +251,8 @@ def _bucket_positions(split, packer, buckets, group_size, spe, length):
   ds = input_pipeline.train_dataset(
       split,
       packer,
-      buckets,
-      4,
-      steps_per_epoch=spe,
-      group_size=group_size,
+      testing.layout(buckets, 4, group_size),
+      spe,
       seed=3,
       shuffle_buffer=400)
   return [
@@ -289,25 +286,25 @@ def test_small_training_groups_spread_every_bucket_over_the_epoch(
   # A config.json from before the flag: the group the run ran with, which
   # a resume that leaves the flag at its default takes (run_defaults).
   old = dict(buckets=[5, 8], config=dict(steps_per_loop=2))
-  assert buckets_lib.recorded_config(old) == dict(
+  assert layout_lib.recorded_config(old) == dict(
       steps_per_loop=2, bucket_group_batches=2)
   resumed, kept = config_lib.run_defaults(
-      config_lib.Config(steps_per_loop=3), buckets_lib.recorded_config(old))
+      config_lib.Config(steps_per_loop=3), layout_lib.recorded_config(old))
   # (The record predates --shared_rows too: that run kept fixed shapes.)
   assert kept == ["shared_rows", "bucket_group_batches"]
   assert buckets_lib.group_size(resumed.steps_per_loop, buckets,
                                 resumed.bucket_group_batches) == 2
   new = dict(buckets=[5, 8], config=dict(bucket_group_batches=1))
-  assert buckets_lib.recorded_config(new) == dict(bucket_group_batches=1)
+  assert layout_lib.recorded_config(new) == dict(bucket_group_batches=1)
   fixed = dict(buckets=[8], config=dict(steps_per_loop=2))
-  assert buckets_lib.recorded_config(fixed) == dict(steps_per_loop=2)
-  assert buckets_lib.saved_group_size(None) is None
-  assert buckets_lib.saved_group_size(dict(train_group_batches=5)) == 5
-  assert buckets_lib.saved_group_size(
+  assert layout_lib.recorded_config(fixed) == dict(steps_per_loop=2)
+  assert layout_lib.saved_group_size(None) is None
+  assert layout_lib.saved_group_size(dict(train_group_batches=5)) == 5
+  assert layout_lib.saved_group_size(
       dict(buckets=[5, 8], config=dict(steps_per_loop=2))) == 2
-  assert buckets_lib.saved_group_size(
+  assert layout_lib.saved_group_size(
       dict(buckets=[5, 8], config=dict(steps_per_loop=50))) == 5
-  assert buckets_lib.saved_group_size(
+  assert layout_lib.saved_group_size(
       dict(buckets=[8], config=dict(steps_per_loop=2))) is None
   spread = _bucket_positions(split, packer, buckets, 5, spe, 5)
   whole = _bucket_positions(split, packer, buckets, 50, spe, 5)
@@ -349,14 +346,12 @@ def test_shared_rows_hold_the_batches_of_fixed_shapes(tmp_path, preprocessor):
   split = testing.split(tmp_path / "d.csv")
   make = lambda start, rows: input_pipeline.train_dataset(
       split,
-      packer, (20,),
-      4,
-      steps_per_epoch=7,
-      group_size=3,
+      packer,
+      testing.layout((20,), 4, 3, rows),
+      7,
       start_step=start,
       seed=5,
-      shuffle_buffer=10,
-      rows=rows)
+      shuffle_buffer=10)
   fixed = [_examples(b) for b in make(0, None).take(21)]
   shared = list(make(0, (1,)).take(21))
   assert [_examples(b) for b in shared] == fixed
@@ -378,12 +373,10 @@ def test_a_long_example_runs_one_a_row_and_is_never_split(
   groups = list(
       input_pipeline.train_groups(
           testing.split(tmp_path / "d.csv"),
-          packer, (16,),
-          4,
-          3,
-          steps_per_epoch=2,
-          shuffle_buffer=1,
-          rows=(1,)).take(2))
+          packer,
+          testing.layout((16,), 4, 3, (1,)),
+          2,
+          shuffle_buffer=1).take(2))
   assert [(g["input_word_ids"].shape.as_list(), g["meta"][0].numpy().tolist())
           for g in groups] == [([4, 3, 16], [0, 1]), ([1, 3, 16], [1, 1])]
   long_row = groups[0]["input_example_ids"][0, 0].numpy()

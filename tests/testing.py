@@ -18,6 +18,7 @@ from trainer.data import sources
 from trainer.data import splits as splits_lib
 from trainer.encoders import bert
 from trainer.encoders import native
+from trainer.foundation import layout as layout_lib
 from trainer.foundation import tasks
 
 LONG = "word " * 20_000  # 100,000 characters
@@ -166,6 +167,21 @@ def varied_text(i):
 def varied_csv(path, n):
   """Writes `n` rows of `varied_text`, labels alternating, to `path`."""
   write_csv(path, [(varied_text(i), i % 2) for i in range(n)])
+
+
+def layout(lengths, batch, group, rows=None):
+  """A `Layout` of bucket `lengths` (the last the sequence length), `batch`
+  examples a batch, training and eval alike in groups of `group` batches,
+  in the row counts `rows` when given (shared rows)."""
+  return layout_lib.Layout(
+      seq_length=lengths[-1],
+      batch_size=batch,
+      lengths=tuple(lengths),
+      ladder=None if rows is None else tuple(rows),
+      train_group=group,
+      eval_batch=batch,
+      eval_ladder=tuple(rows or ()),
+      eval_group=group)
 
 
 def in_rows(batch, ladder):

@@ -53,7 +53,7 @@ def test_setup_resolves_everything_once(trained):
   # --seq_buckets=auto on the demo's short reviews: lengths of 8 for 3,352
   # of its 4,000 examples, 16 for the rest (at most 10 pieces), 32 empty; an
   # epoch is 3352 // 16 + 648 // 16 batches.
-  assert job.facts.buckets == (8, 16, 32)
+  assert job.data.layout.lengths == (8, 16, 32)
   assert setup_view == dict(
       step=0, plan=dict(steps_per_epoch=249, total_steps=8, warmup_steps=1))
   run = job.run
@@ -139,7 +139,7 @@ def test_a_second_setup_resumes_where_the_first_stopped(trained, demo_paths,
     json.dump(record, f)
   again = launch.setup(resume)
   again.close()
-  assert again.facts.buckets == (8, 32)
+  assert again.data.layout.lengths == (8, 32)
   assert json.load(open(record_path))["shuffle"] == "buffer"
   assert "Resuming with the run's shuffle, tf.data's buffer" in open(
       job.run.out.log_file).read()
@@ -714,7 +714,7 @@ def test_shared_rows_evals_iterate_one_pipeline_afresh(tmp_path, demo_paths):
   c = _config(tmp_path, demo_paths, seq_buckets="none", train_steps=4)
   job = launch.setup(c)
   try:
-    assert job.facts.shared_rows  # row counts, chosen by `auto`
+    assert job.data.layout.rows  # row counts, chosen by `auto`
     validation = job.evaluator.datasets["validation"]
     first = job.evaluator.evaluate()
     second = job.evaluator.evaluate()

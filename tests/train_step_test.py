@@ -402,7 +402,12 @@ def _bucketed_training(strategy, encoder_path, split, packer, spe):
   """Trains 2 epochs of `split` in buckets (4, 8), a loop call per group
   of up to 2 batches of 4; returns (losses, weights, loop)."""
   groups = input_pipeline.train_groups(
-      split, packer, (4, 8), 4, 2, spe, seed=1, shuffle_buffer=64)
+      split,
+      packer,
+      testing.layout((4, 8), 4, 2),
+      spe,
+      seed=1,
+      shuffle_buffer=64)
   model, opt = _build(strategy, encoder_path, total_steps=2 * spe)
   loop = train_step.make_train_loop(strategy,
                                     train_step.make_train_step(model, opt, 4))
@@ -450,7 +455,8 @@ def test_bucketed_groups_give_one_and_two_replicas_the_same_weights(
         hub.load(no_dropout_encoder), 2, dropout_rate=0.0, seed=3)
   eval_loop = train_step.make_eval_loop(two,
                                         train_step.make_eval_step(model, 2), 2)
-  groups = input_pipeline.eval_groups(split, packer, (4, 8), 4, 2)
+  groups = input_pipeline.eval_groups(split, packer,
+                                      testing.layout((4, 8), 4, 2))
   dist = two.experimental_distribute_dataset(groups)
   passes = [train_step.evaluate(eval_loop, dist) for _ in range(2)]
   assert [p["examples"] for p in passes] == [40, 40]
@@ -464,7 +470,12 @@ def _training(strategy, encoder_path, split, packer, spe, rows):
   does), else fixed shapes. Returns (losses, weights, loop, row counts
   seen)."""
   groups = input_pipeline.train_groups(
-      split, packer, (16,), 6, 2, spe, seed=1, shuffle_buffer=64, rows=rows)
+      split,
+      packer,
+      testing.layout((16,), 6, 2, rows),
+      spe,
+      seed=1,
+      shuffle_buffer=64)
   with strategy.scope():
     encoder = hub.load(encoder_path)
     if rows:
@@ -517,7 +528,8 @@ def test_shared_rows_train_the_weights_of_fixed_shapes(tmp_path, demo_paths,
     eval_loop = train_step.make_eval_loop(two,
                                           train_step.make_eval_step(model, 2),
                                           2)
-    groups = input_pipeline.eval_groups(split, packer, (16,), 6, 2, rows)
+    groups = input_pipeline.eval_groups(split, packer,
+                                        testing.layout((16,), 6, 2, rows))
     scores.append(
         train_step.evaluate(eval_loop,
                             two.experimental_distribute_dataset(groups)))

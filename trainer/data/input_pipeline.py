@@ -203,63 +203,63 @@ def _with_meta(groups, batch, first):
 
 def train_groups(split,
                  packer,
-                 buckets,
-                 global_batch_size,
-                 group_size,
+                 layout,
                  steps_per_epoch,
                  start_step=0,
                  seed=0,
                  shuffle_buffer=100_000,
                  read_stripes=1,
-                 shuffle=SHUFFLE,
-                 rows=None):
+                 shuffle=SHUFFLE):
   """The endless training stream in groups, from batch position `start_step`.
 
   Epoch e is the split's usable rows (read at `read_stripes` places in
   round-robin) shuffled with seed (seed, e) in windows of `shuffle_buffer`
-  rows (`shuffle`: see SHUFFLE), tokenized, packed, routed to the smallest
-  of `buckets` that holds each and cut per bucket into full batches of
-  `global_batch_size` (a remainder is dropped: shapes never change),
-  `steps_per_epoch` in all (`buckets.steps_per_epoch`), in groups of up to
-  `group_size` batches of one bucket; the order is a pure function of
-  (seed, epoch, position). With `rows` (shared rows: the row counts, one
-  bucket) the same batches are laid out in rows, a group being a run of
-  batches at one row count (`row_layout.stream`).
+  rows (`shuffle`: see SHUFFLE), tokenized, packed, and cut into full
+  batches of the `layout`'s batch size (a remainder is dropped: shapes
+  never change), `steps_per_epoch` in all (`Layout.steps_per_epoch`); the
+  order is a pure function of (seed, epoch, position). How they lie is
+  the `Layout`'s (`trainer.foundation.layout`): each example routed to the
+  smallest of its bucket lengths that holds it and cut per bucket into
+  batches, in groups of up to `layout.train_group` batches of one bucket;
+  or in shared rows the same batches laid out in rows, a group being a run
+  of batches at one row count (`row_layout.stream`).
 
   Returns:
     Dataset of groups: `input_word_ids`, `input_mask`, `input_type_ids`
-    int32 [global_batch_size, group_size, bucket], `label` int32 (float32
-    for regression) [global_batch_size, group_size], `meta` int32
-    [global_batch_size, 2] (the stream position of the group's first batch,
-    its count of real batches, on every row).
+    int32 [batch, group, bucket], `label` int32 (float32 for regression)
+    [batch, group], `meta` int32 [batch, 2] (the stream position of the
+    group's first batch, its count of real batches, on every row); in
+    shared rows the features `row_layout` names, rows first.
   """
   start_epoch, offset = divmod(start_step, steps_per_epoch)
+  batch, group_size = layout.batch_size, layout.train_group
   base = usable_rows(split, read_stripes)
-  measure = _measured(packer, buckets)
+  measure = _measured(packer, layout.lengths)
   # Batches per block: a group's, or those laid out at once in shared rows.
   block = group_size
-  if rows is not None:
-    block = row_layout.block_batches(global_batch_size, group_size)
-  rows_per_group = global_batch_size * block
+  if layout.rows:
+    block = row_layout.block_batches(batch, group_size)
+  rows_per_group = batch * block
 
   @tf.autograph.experimental.do_not_convert  # builds datasets: no
   def epoch(e, skip_groups):  # Python control flow on tensors
     ordered = _epoch_order(base, shuffle, shuffle_buffer, _epoch_seed(seed, e))
     ordered = ordered.skip(skip_groups * rows_per_group)
     first = tf.cast(e, tf.int64) * steps_per_epoch + skip_groups * block
-    if rows is not None:
-      return row_layout.stream(ordered, packer, rows, buckets[-1],
-                               global_batch_size, group_size, False, first)
+    if layout.rows:
+      return row_layout.stream(ordered, packer, layout.ladder,
+                               layout.seq_length, batch, group_size, False,
+                               first)
     groups = _grouped(
-        _measure_all(ordered, measure), buckets, global_batch_size, group_size,
+        _measure_all(ordered, measure), layout.lengths, batch, group_size,
         False)
-    return _with_meta(groups, global_batch_size, first)
+    return _with_meta(groups, batch, first)
 
   # One bucket: groups of the first epoch before `offset` skipped as raw
   # rows (cheap); several: every group is built, then the ones before the
   # position are dropped (their rows' buckets need tokenizing). Shared rows
   # skip whole blocks the same way.
-  skip = offset // block if len(buckets) == 1 else 0
+  skip = offset // block if len(layout.lengths) == 1 else 0
   return _endless(epoch, start_epoch, skip, start_step)
 
 
@@ -280,32 +280,29 @@ def _endless(epoch, start_epoch, skip, start_step):
   return ds.prefetch(2)
 
 
-def eval_groups(split,
-                packer,
-                buckets,
-                global_batch_size,
-                group_size,
-                rows=None):
+def eval_groups(split, packer, layout):
   """Every usable row of `split` exactly once, in groups as `train_groups`
-  (in the order of the split): a bucket's last batch is filled with rows of
-  weight 0, and each group carries float32 `weight` [global_batch_size,
-  group_size] (1 for real rows, 0 for padding) and `meta`'s count of its
-  batches. With `rows` (shared rows), batches of the split's consecutive
-  rows in rows, the last one's empty slots of weight 0."""
-  if rows is not None:
+  (in the order of the split) of the `layout`'s eval batches: a bucket's
+  last batch is filled with rows of weight 0, and each group carries
+  float32 `weight` [batch, group] (1 for real rows, 0 for padding) and
+  `meta`'s count of its batches. In shared rows (`layout.eval_ladder`),
+  batches of the split's consecutive rows in rows, the last one's empty
+  slots of weight 0."""
+  batch, group_size = layout.eval_batch, layout.eval_group
+  if layout.eval_ladder:
     return row_layout.stream(
-        usable_rows(split), packer, rows, buckets[-1], global_batch_size,
-        group_size, True).prefetch(2)
+        usable_rows(split), packer, layout.eval_ladder, layout.seq_length,
+        batch, group_size, True).prefetch(2)
 
   def weighted(texts, labels):
-    features = _measured(packer, buckets)(texts, labels)
+    features = _measured(packer, layout.lengths)(texts, labels)
     features["weight"] = tf.ones_like(features["length"], tf.float32)
     return features
 
   groups = _grouped(
-      _measure_all(usable_rows(split), weighted), buckets, global_batch_size,
+      _measure_all(usable_rows(split), weighted), layout.lengths, batch,
       group_size, True)
-  return _with_meta(groups, global_batch_size, 0).prefetch(2)
+  return _with_meta(groups, batch, 0).prefetch(2)
 
 
 def batches(groups, start_step=0):
@@ -329,23 +326,16 @@ def batches(groups, start_step=0):
   return groups.flat_map(unroll)
 
 
-def train_dataset(split,
-                  packer,
-                  buckets,
-                  global_batch_size,
-                  steps_per_epoch,
-                  group_size=8,
-                  **kwargs):
+def train_dataset(split, packer, layout, steps_per_epoch, **kwargs):
   """`train_groups` batch by batch ([batch, bucket] features)."""
   return batches(
-      train_groups(split, packer, buckets, global_batch_size, group_size,
-                   steps_per_epoch, **kwargs), kwargs.get("start_step", 0))
+      train_groups(split, packer, layout, steps_per_epoch, **kwargs),
+      kwargs.get("start_step", 0))
 
 
-def eval_dataset(split, packer, buckets, global_batch_size, group_size=8):
+def eval_dataset(split, packer, layout):
   """`eval_groups` batch by batch ([batch, bucket] features, `weight`)."""
-  return batches(
-      eval_groups(split, packer, buckets, global_batch_size, group_size))
+  return batches(eval_groups(split, packer, layout))
 
 
 def check_int_features(element_spec):

@@ -16,13 +16,12 @@ unbucketed epoch does), so `steps_per_epoch` is their sum, known exactly
 from the counts before training starts.
 """
 
-import re
-
 import numpy as np
 
 from trainer.foundation import errors
+from trainer.foundation import ladders
 
-AUTO, NONE = "auto", "none"
+AUTO, NONE = ladders.AUTO, ladders.NONE
 MULTIPLE = 8  # bucket lengths of auto: multiples of 8 (TPU tiles, XLA pads)
 MAX_AUTO_BUCKETS = 4
 MAX_BUCKETS = 8  # a list's
@@ -53,65 +52,30 @@ def parse(spec, seq_length):
     ConfigError: not `auto`, `none` or up to MAX_BUCKETS ascending lengths
       in [3, seq_length].
   """
-  spec = spec.strip().lower()
-  if spec == AUTO:
+  lengths = ladders.parse(
+      "--seq_buckets", spec, MAX_BUCKETS,
+      (3, "each at least 3 (room for [CLS], a token and [SEP])"),
+      ("lengths", "16,32,64"))
+  if lengths == AUTO:
     return AUTO
-  if spec == NONE:
+  if lengths == NONE:
     return (seq_length,)
-  if not re.fullmatch(r"\d+(\s*,\s*\d+)*", spec):
-    raise errors.ConfigError(
-        f"--seq_buckets={spec!r} is invalid: give auto, none or ascending "
-        "lengths, e.g. 16,32,64")
-  lengths = [int(x) for x in spec.split(",")]
-  if len(lengths) > MAX_BUCKETS:
-    shown = spec if len(spec) <= 60 else spec[:57] + "..."
-    raise errors.ConfigError(
-        f"--seq_buckets={shown!r} is invalid: {len(lengths)} lengths; give "
-        f"at most {MAX_BUCKETS} (each is a program compiled and a batch "
-        "shape kept apart)")
-  if lengths != sorted(set(lengths)) or lengths[0] < 3:
-    raise errors.ConfigError(
-        f"--seq_buckets={spec!r} is invalid: the lengths must ascend, each "
-        "at least 3 (room for [CLS], a token and [SEP])")
   if lengths[-1] > seq_length:
     raise errors.ConfigError(
-        f"--seq_buckets={spec!r} is invalid: {lengths[-1]} is over "
-        f"--seq_length={seq_length}, the truncation length and the last "
-        "bucket; raise --seq_length or drop it")
-  return tuple(lengths) + (() if lengths[-1] == seq_length else (seq_length,))
+        f"--seq_buckets={spec.strip().lower()!r} is invalid: {lengths[-1]} "
+        f"is over --seq_length={seq_length}, the truncation length and the "
+        "last bucket; raise --seq_length or drop it")
+  return lengths + (() if lengths[-1] == seq_length else (seq_length,))
 
 
 def group_size(steps_per_loop, buckets, chosen=GROUP_BATCHES):
   """Batches per training group. One bucket: `steps_per_loop` (a loop is
   one call, and the batches' order does not depend on the group). Several:
   `chosen` (--bucket_group_batches; a resume keeps the run's, see
-  `recorded_config`)."""
+  `layout.recorded_config`)."""
   if len(buckets) == 1:
     return steps_per_loop
   return chosen
-
-
-def saved_group_size(record):
-  """The training group of a run from its config.json `record`: its
-  `train_group_batches`, or for a bucketed run written before that key,
-  the rule it ran with (min(--steps_per_loop, 5)); None when unknown."""
-  if not record:
-    return None
-  if record.get("train_group_batches"):
-    return record["train_group_batches"]
-  if len(record.get("buckets", ())) > 1:
-    return min(record.get("config", {}).get("steps_per_loop", 5), 5)
-  return None
-
-
-def recorded_config(record):
-  """The flags of config.json `record` (its "config"), with the group a
-  bucketed run from before --bucket_group_batches ran with."""
-  config = record.get("config", {})
-  group = saved_group_size(record)
-  if "bucket_group_batches" in config or not group:
-    return config
-  return dict(config, bucket_group_batches=group)
 
 
 def padded_tokens(histogram, buckets):
@@ -127,8 +91,9 @@ def padded_tokens(histogram, buckets):
 def choose(histogram, batch_size, max_buckets=MAX_AUTO_BUCKETS):
   """The buckets of `auto`: up to `max_buckets` lengths, multiples of 8 but
   the last (`seq_length`, len(histogram) - 1), that make the padded tokens
-  of the measured lengths fewest, each bucket holding at least MIN_BATCHES
-  batches of examples.
+  of the measured lengths fewest (`ladders.cheapest`), each bucket holding
+  at least MIN_BATCHES batches of examples but the last, which may hold
+  none (when every text is short, a small bucket takes them all).
 
   Args:
     histogram: int [seq_length + 1]: usable training examples per packed
@@ -138,32 +103,16 @@ def choose(histogram, batch_size, max_buckets=MAX_AUTO_BUCKETS):
   """
   histogram = np.asarray(histogram, np.int64)
   seq_length = len(histogram) - 1
-  minimum = MIN_BATCHES * batch_size
   edges = [b for b in range(MULTIPLE, seq_length, MULTIPLE)] + [seq_length]
-  below = np.concatenate([[0], np.cumsum(histogram)])  # examples <= length
-  # best[k][j]: (cost, buckets) of k buckets ending at edges[j].
-  best = [{} for _ in range(max_buckets + 1)]
-  for j, edge in enumerate(edges):
-    rows = below[edge + 1]
-    if rows >= minimum or (rows and edge == seq_length and j == 0):
-      best[1][j] = (int(rows) * edge, (edge,))
-  for k in range(2, max_buckets + 1):
-    for j, edge in enumerate(edges):
-      options = []
-      for i in range(j):
-        if i not in best[k - 1]:
-          continue
-        rows = below[edge + 1] - below[edges[i] + 1]
-        # The last bucket (--seq_length) may hold nothing: when every text
-        # is short, a small bucket takes them all.
-        if rows >= minimum or (rows == 0 and j == len(edges) - 1):
-          cost, chosen = best[k - 1][i]
-          options.append((cost + int(rows) * edge, chosen + (edge,)))
-      if options:
-        best[k][j] = min(options)
-  last = len(edges) - 1
-  found = [best[k][last] for k in range(1, max_buckets + 1) if last in best[k]]
-  return min(found)[1] if found else (seq_length,)
+  if len(edges) == 1:
+    return (seq_length,)
+  minimum = MIN_BATCHES * batch_size
+  low = [0] + edges[:-1]
+  counts = [int(histogram[a + 1:b + 1].sum()) for a, b in zip(low, edges)]
+  found = ladders.cheapest(
+      edges, counts, max_buckets,
+      lambda n, first, last: n >= minimum or (last and not first and n == 0))
+  return found[1] if found else (seq_length,)
 
 
 def counts(histogram, buckets):

@@ -10,10 +10,10 @@ import math
 import os
 import re
 
-from trainer.foundation import buckets
 from trainer.foundation import config as config_lib
 from trainer.foundation import errors
 from trainer.foundation import kinds
+from trainer.foundation import layout
 from trainer.foundation import shared_rows
 from trainer.foundation import tasks
 
@@ -182,12 +182,12 @@ def _check_buckets(c):
   """--seq_buckets and --shared_rows parse; a row count list fits the
   batch and is not asked for beside length buckets (each replaces the
   other's way of cutting padding)."""
-  spec = buckets.parse(c.seq_buckets, c.seq_length)
-  rows = shared_rows.parse(c.shared_rows)
+  request = layout.requested(c)
+  rows = request.rows
   if rows in (shared_rows.AUTO, shared_rows.NONE):
     return
   shared_rows.check_ladder(rows, c.batch_size, 1)
-  if spec != (c.seq_length,):
+  if request.bucketed:
     _fail(
         "shared_rows", c.shared_rows, "shared rows and length buckets "
         f"(--seq_buckets={c.seq_buckets}) are two ways to skip padding; "

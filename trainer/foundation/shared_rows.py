@@ -25,13 +25,12 @@ No TensorFlow here: the layout in the graph is `trainer.data.row_layout`,
 which follows `first_fit_decreasing` exactly (a test holds them together).
 """
 
-import re
-
 import numpy as np
 
 from trainer.foundation import errors
+from trainer.foundation import ladders
 
-AUTO, NONE = "auto", "none"
+AUTO, NONE = ladders.AUTO, ladders.NONE
 # auto chooses at most this many row counts (each one compiled program; the
 # batch-of-rows fallback is one more, compiled only if a batch needs it).
 MAX_AUTO_SHAPES = 4
@@ -59,20 +58,8 @@ def parse(spec):
     ConfigError: not `auto`, `none` or up to MAX_SHAPES ascending positive
       counts.
   """
-  spec = str(spec).strip().lower()
-  if spec in (AUTO, NONE):
-    return spec
-  if not re.fullmatch(r"\d+(\s*,\s*\d+)*", spec):
-    raise errors.ConfigError(
-        f"--shared_rows={spec!r} is invalid: give auto, none or ascending "
-        "row counts per batch, e.g. 16,18")
-  counts = [int(x) for x in spec.split(",")]
-  if len(counts) > MAX_SHAPES or counts != sorted(
-      set(counts)) or not all(counts):
-    raise errors.ConfigError(
-        f"--shared_rows={spec!r} is invalid: give at most {MAX_SHAPES} "
-        "ascending row counts, each at least 1 (each is a program compiled)")
-  return tuple(counts)
+  return ladders.parse("--shared_rows", spec, MAX_SHAPES,
+                       (1, "each at least 1"), ("row counts", "14,16"))
 
 
 def check_ladder(ladder, batch_size, multiple, flag="--shared_rows"):
@@ -179,7 +166,8 @@ def choose(histogram, batch_size, multiple=1, max_shapes=MAX_AUTO_SHAPES):
   the expected rows of a batch fewest (a batch runs at the smallest count
   that holds it, one example a row when none does), measured on batches
   drawn from `histogram` (`simulate`). A step's cost is nearly linear in
-  its rows at these lengths, so fewer rows is less compute.
+  its rows at these lengths, so fewer rows is less compute: the ladder of
+  `ladders.cheapest` whose last rung is the batch size.
 
   Args:
     histogram: int [seq_length + 1]: usable training examples per packed
@@ -192,29 +180,15 @@ def choose(histogram, batch_size, multiple=1, max_shapes=MAX_AUTO_SHAPES):
   needed = simulate(histogram, batch_size, seq_length)
   needed = -(-needed // multiple) * multiple  # up to whole rows per replica
   values, counts = np.unique(needed[needed < batch_size], return_counts=True)
-  above = len(needed) - counts.sum()
-  # best[k][j]: (rows over the draws up to values[j], ladder) with k counts
-  # ending at values[j].
-  best = [{} for _ in range(max_shapes + 1)]
-  for j, v in enumerate(values):
-    best[1][j] = (int(counts[:j + 1].sum()) * int(v), (int(v),))
-  for k in range(2, max_shapes + 1):
-    for j, v in enumerate(values):
-      options = [(cost + int(counts[i + 1:j + 1].sum()) * int(v),
-                  ladder + (int(v),))
-                 for i, (cost, ladder) in best[k - 1].items()
-                 if i < j]
-      if options:
-        best[k][j] = min(options)
-  total = [(cost + int(counts[j + 1:].sum() + above) * batch_size, ladder)
-           for level in best
-           for j, (cost, ladder) in level.items()]
-  if not total:
+  if not len(values):
     return ()
-  cost, ladder = min(total)
+  above = len(needed) - counts.sum()
+  cost, ladder = ladders.cheapest(
+      [int(v) for v in values] + [batch_size],
+      [int(n) for n in counts] + [int(above)], max_shapes + 1)
   if cost / len(needed) > (1 - MIN_SAVING) * batch_size:
     return ()
-  return ladder
+  return ladder[:-1]
 
 
 def describe(histogram, ladder, batch_size):

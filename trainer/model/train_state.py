@@ -83,7 +83,8 @@ class TrainState:
       # Batches skipped after non-finite losses (position = step + these).
       self.data_skip = _counter("data_skip", [])
       self.loss_scale = optimization.LossScale() if loss_scaling else None
-    # Steps per bucket: a host variable (no collective beside the step's).
+    # Steps per shape (`Layout.shapes`; the checkpoint's name is older): a
+    # host variable (no collective beside the step's).
     self.bucket_steps = _counter("bucket_steps", [buckets.MAX_BUCKETS])
     self._encoder = encoder  # for a checkpoint of an older layout
     self.checkpoint = checkpoints.layout(self.model, encoder, self.optimizer,
@@ -166,15 +167,15 @@ class TrainState:
     """Keeps a moving average of the weights (--ema_decay)."""
     return bool(self.optimizer.ema)
 
-  def steps_per_length(self, lengths):
-    """{bucket length: steps trained in it} for the run's bucket `lengths`,
-    its whole history (a checkpoint from before they were counted: since
-    the resume)."""
+  def steps_per_shape(self, shapes):
+    """{shape: steps trained at it} for the run's `shapes` (`Layout.shapes`:
+    bucket lengths, or row counts), its whole history (a checkpoint from
+    before they were counted: since the resume)."""
     counts = self.bucket_steps.numpy()
-    return {b: int(counts[i]) for i, b in enumerate(lengths) if counts[i]}
+    return {b: int(counts[i]) for i, b in enumerate(shapes) if counts[i]}
 
-  def add_bucket_steps(self, steps):
-    """Counts `steps` ({bucket index: steps}) as trained."""
+  def add_shape_steps(self, steps):
+    """Counts `steps` ({index in the run's shapes: steps}) as trained."""
     counts = [0] * buckets.MAX_BUCKETS
     for index, n in steps.items():
       counts[index] += n

@@ -102,7 +102,7 @@ def serving(c, task, export_dir="", checkpoint=""):
       dataclasses.replace(saved, demo_cache_dir=c.demo_cache_dir), checkpoint)
   module = export.serving_module(
       model, preprocessor, c.seq_length, task,
-      export.read_saved_buckets(c.model_dir, c.seq_length))
+      export.read_layout(c).lengths)
   serve = module.serve_rows or module.serve
   return lambda texts: call(serve, texts), task.class_names
 

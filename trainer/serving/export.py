@@ -40,6 +40,7 @@ from trainer.encoders import native
 from trainer.foundation import checks
 from trainer.foundation import config as config_lib
 from trainer.foundation import errors
+from trainer.foundation import layout as layout_lib
 from trainer.foundation import tasks
 from trainer.model import checkpoints
 from trainer.model import classifier as model_lib
@@ -134,11 +135,11 @@ def bucketed_packer(pack, buckets):
   return packed
 
 
-def read_saved_buckets(model_dir, seq_length):
-  """The buckets a run trained with (config.json's `buckets`), else the
-  one --seq_length of a run from before them."""
-  saved = run_dir.read_json(os.path.join(model_dir, "config.json")) or {}
-  return tuple(saved.get("buckets") or (seq_length,))
+def read_layout(c):
+  """The `Layout` the run of Config `c` recorded in its config.json (the
+  one --seq_length of a run from before buckets)."""
+  record = run_dir.read_json(os.path.join(c.model_dir, "config.json"))
+  return layout_lib.Layout.from_record(record, c)
 
 
 def read_run_config(model_dir):
@@ -195,9 +196,7 @@ def load_classifier(c, checkpoint="", io_device=None):
       pairs=tasks.resolve(c).pairs,
       io_device=io_device,
       demo_cache_dir=c.demo_cache_dir)
-  record = run_dir.read_json(os.path.join(c.model_dir, "config.json")) or {}
-  if (record.get("shared_rows") is not None or
-      native.saved_config(encoder) is not None):
+  if read_layout(c).rebuilt or native.saved_config(encoder) is not None:
     # The run trained the encoder rebuilt (this project's always; a Model
     # Garden BERT's for shared rows, `inputs.rows_encoder`, whose checkpoint
     # its loaded graph cannot read): export it as the live export does.
@@ -321,15 +320,15 @@ class RunExporter:
     config: the run's Config (seq_length, the encoder handle for a TPU's
       host copy, demo_cache_dir).
     task: the run's `tasks.Task`.
-    buckets: the run's bucket lengths (the export serves in them).
+    layout: the run's `layout.Layout` (the export serves in its lengths).
     locations: the run's `run_dir.Locations`.
     strategy: the run's strategy.
   """
 
-  def __init__(self, state, preprocessor, config, task, buckets, locations,
+  def __init__(self, state, preprocessor, config, task, layout, locations,
                strategy):
     self.state, self.preprocessor, self.config = state, preprocessor, config
-    self.task, self.buckets, self.locations = task, tuple(buckets), locations
+    self.task, self.layout, self.locations = task, layout, locations
     self.strategy = strategy
 
   def serving_model(self):
@@ -354,7 +353,7 @@ class RunExporter:
       return target
     with self.state.averaged():  # --ema_decay: the average is what serves
       write(self.serving_model(), self.preprocessor, self.config.seq_length,
-            self.task, target, self.state.io_device, self.buckets)
+            self.task, target, self.state.io_device, self.layout.lengths)
     logging.info("Exported the model of step %d to %s", step, target)
     return target
 
@@ -405,6 +404,6 @@ def export_run(model_dir,
                             c.export_base_dir)
   export_dir = write(model, preprocessor, c.seq_length, tasks.resolve(c),
                      where.export_dir(step), io_device,
-                     read_saved_buckets(model_dir, c.seq_length))
+                     read_layout(c).lengths)
   logging.info("Exported %s (step %d) to %s", path, step, export_dir)
   return export_dir

@@ -34,25 +34,16 @@ class RunFacts:
     total_steps: the plan's last step.
     replicas: replicas in sync.
     route: its `precision.Route` (precision, XLA, the note).
-    buckets: its bucket lengths.
+    layout: its `layout.Layout` (the shapes its steps are counted by).
     counts: {split: `counts.count` record} of its data.
-    shared_rows: its row counts with shared rows (then the batch size,
-      one example a row, is the last shape), else None.
   """
 
   start_step: int
   total_steps: int
   replicas: int
   route: object
-  buckets: tuple
+  layout: object
   counts: dict
-  shared_rows: tuple = None
-
-  @property
-  def shapes(self):
-    """What the trainer counts steps by: the bucket lengths, or the row
-    counts a batch ran at."""
-    return self.buckets if self.shared_rows is None else self.shared_rows
 
 
 def prefixed(prefix, metrics):
@@ -60,7 +51,7 @@ def prefixed(prefix, metrics):
   return {f"{prefix}{k}": v for k, v in actions.scalar_metrics(metrics).items()}
 
 
-def summary(facts, result, metrics, best, *, final_step, steps_per_bucket,
+def summary(facts, result, metrics, best, *, final_step, steps_per_shape,
             loss_scale):
   """summary.json of a finished run (its test metrics added by `finish`).
 
@@ -70,8 +61,8 @@ def summary(facts, result, metrics, best, *, final_step, steps_per_bucket,
     metrics: the eval of the model it hands over.
     best: its `actions.BestCheckpoint`.
     final_step: the last step trained.
-    steps_per_bucket: {bucket length, or with shared rows row count:
-      steps} over the whole run.
+    steps_per_shape: {bucket length, or in shared rows row count: steps}
+      over the whole run (`Layout.shapes`).
     loss_scale: {"loss_scale/<name>": value} (float16's loss scaling).
   """
   counts = facts.counts
@@ -89,12 +80,12 @@ def summary(facts, result, metrics, best, *, final_step, steps_per_bucket,
       replicas=facts.replicas,
       total_steps=facts.total_steps,
       precision=facts.route.precision,
-      buckets=list(facts.buckets))
-  steps = {str(k): v for k, v in sorted(steps_per_bucket.items())}
-  if facts.shared_rows is None:
-    out["steps_per_bucket"] = steps
+      buckets=list(facts.layout.lengths))
+  steps = {str(k): v for k, v in sorted(steps_per_shape.items())}
+  if facts.layout.rows:
+    out.update(shared_rows=list(facts.layout.shapes), steps_per_rows=steps)
   else:
-    out.update(shared_rows=list(facts.shared_rows), steps_per_rows=steps)
+    out["steps_per_bucket"] = steps
   out.update(prefixed("eval_", metrics))
   out.update({k.split("/")[1]: v for k, v in loss_scale.items()})
   out.update(counts_lib.flat_counts(counts))
@@ -153,7 +144,7 @@ def finish(result,
   state.save_unless_saved()
   final_step = state.step
   # Counted in the state: read before the best checkpoint replaces it.
-  steps_per_bucket = state.steps_per_length(facts.shapes)
+  steps_per_shape = state.steps_per_shape(facts.layout.shapes)
   metrics = _handed_over(state, evaluator, evaluations, best)
   written = summary(
       facts,
@@ -161,7 +152,7 @@ def finish(result,
       metrics,
       best,
       final_step=final_step,
-      steps_per_bucket=steps_per_bucket,
+      steps_per_shape=steps_per_shape,
       loss_scale=state.loss_scale_scalars())
   if state.has_average:  # the same model's raw weights, for comparison
     written.update(prefixed("eval_raw_", evaluator.evaluate(averaged=False)))

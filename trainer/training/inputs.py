@@ -1,13 +1,12 @@
-"""A run's data resolved: its splits, their row counts, its length
-buckets or shared rows.
+"""A run's data resolved: its splits, their row counts, its batch layout.
 
 `splits_and_counts` reads the splits the flags name (the demo's text set
 built if needed) and counts their rows once (cached in the run folder);
-`resolve_buckets` turns --seq_buckets into the bucket lengths, `auto`
-chosen from the measured lengths of the training split (also cached);
-`rows_encoder` and `resolve_rows` decide --shared_rows (whether the
-encoder takes them, which row counts); `shuffle` is how a resumed run's
-epochs are shuffled.
+`rows_encoder` decides whether the encoder takes shared rows;
+`resolve_layout` turns --seq_buckets and --shared_rows into the run's
+`Layout` (`resolve_buckets`: the bucket lengths, `auto` chosen from the
+measured lengths of the training split, also cached; `resolve_rows`: the
+row counts); `shuffle` is how a resumed run's epochs are shuffled.
 """
 
 from absl import logging
@@ -19,6 +18,7 @@ from trainer.encoders import demo
 from trainer.encoders import handles
 from trainer.foundation import buckets as buckets_lib
 from trainer.foundation import errors
+from trainer.foundation import layout as layout_lib
 from trainer.foundation import shared_rows
 from trainer.runtime import run_dir
 
@@ -60,7 +60,7 @@ def resolve_buckets(c, split, packer, rows_used, out, saved=None):
   each): `auto` chosen from the measured lengths of the training split, or
   for a resume the buckets the run chose (`saved`, its config.json: a
   newer rule must not change a run's batches)."""
-  spec = buckets_lib.parse(c.seq_buckets, c.seq_length)
+  spec = layout_lib.requested(c).buckets
   if spec == (c.seq_length,):
     return spec, [rows_used]
   histogram = length_histogram(c, split, packer, out)
@@ -87,7 +87,8 @@ def rows_encoder(c, encoder, strategy, saved=None):
   encoder as loaded; a list, the encoder rebuilt, or a ConfigError where
   it cannot be (a Model Garden BERT is rebuilt only where its outputs
   match the loaded ones, which other hardware may fail)."""
-  spec = shared_rows.parse(c.shared_rows)
+  request = layout_lib.requested(c)
+  spec = request.rows
   began = (saved or {}).get("shared_rows", ())
   if spec == shared_rows.NONE:
     return encoder, False
@@ -95,7 +96,7 @@ def rows_encoder(c, encoder, strategy, saved=None):
     logging.info("Shared rows: off, one example a row, as the run began "
                  "(config.json shared_rows null)")
     return encoder, False
-  if buckets_lib.parse(c.seq_buckets, c.seq_length) != (c.seq_length,):
+  if request.bucketed:
     logging.info(
         "Shared rows: off, one example a row (--seq_buckets=%s "
         "cuts the padding instead)", c.seq_buckets)
@@ -133,7 +134,7 @@ def resolve_rows(c, split, packer, out, saved, multiple):
   lengths. () when the encoder takes shared rows but no batch uses them
   (one example a row): auto found nothing to save, or the run recorded
   [] (or counts none of which fit under the batch here)."""
-  spec = shared_rows.parse(c.shared_rows)
+  spec = layout_lib.requested(c).rows
   recorded = (saved or {}).get("shared_rows")
   if recorded is not None:
     ladder = shared_rows.fit_to(recorded, multiple, c.batch_size)
@@ -157,6 +158,29 @@ def resolve_rows(c, split, packer, out, saved, multiple):
   logging.info("Shared rows (--shared_rows=auto): %s",
                shared_rows.describe(histogram, ladder, c.batch_size))
   return ladder
+
+
+def resolve_layout(c, split, packer, rows_used, out, saved, replicas,
+                   rebuilt):
+  """The run's `Layout`, resolved once from --seq_buckets and
+  --shared_rows, the training `split`'s measured lengths (cached in `out`),
+  and for a resume its config.json `saved` (a run keeps the layout it
+  began with).
+
+  Args:
+    c: the run's Config.
+    split: the training split; `packer` its packer; `rows_used` its usable
+      rows.
+    out: the run's `run_dir.Locations`.
+    saved: config.json of the run resumed, or None.
+    replicas: replicas in sync.
+    rebuilt: the encoder takes shared rows (`rows_encoder`).
+  """
+  lengths, in_buckets = resolve_buckets(c, split, packer, rows_used, out,
+                                        saved)
+  ladder = resolve_rows(c, split, packer, out, saved, replicas *
+                        c.grad_accumulation_steps) if rebuilt else None
+  return layout_lib.Layout.build(c, lengths, ladder, replicas, in_buckets)
 
 
 def shuffle(saved, model_dir):

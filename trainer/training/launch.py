@@ -20,11 +20,10 @@ import tensorflow as tf
 from trainer.data import counts as counts_lib
 from trainer.data import input_pipeline
 from trainer.data import preprocessing
-from trainer.foundation import buckets as buckets_lib
 from trainer.foundation import checks
 from trainer.foundation import config as config_lib
 from trainer.foundation import errors
-from trainer.foundation import shared_rows
+from trainer.foundation import layout as layout_lib
 from trainer.foundation import tasks
 from trainer.model import checkpoints
 from trainer.model import optimization
@@ -76,6 +75,19 @@ class Run:
         self.lock = None
 
 
+@dataclasses.dataclass(frozen=True)
+class RunData:
+  """A run's data resolved: its splits and their row counts (`counts.
+  count` records), the packer of its texts, its batch `Layout`, and how
+  its epochs are shuffled (`inputs.shuffle`)."""
+
+  splits: dict
+  counts: dict
+  packer: object
+  layout: layout_lib.Layout
+  shuffle: str
+
+
 @dataclasses.dataclass
 class Job:
   """A run set up: what its loops (`controller.train`) and its end
@@ -90,6 +102,7 @@ class Job:
   """
 
   run: Run
+  data: RunData
   plan: plan_lib.Plan
   state: train_state.TrainState
   trainer: object
@@ -100,7 +113,6 @@ class Job:
   stop: actions.StopOnSignal
   after_training: tuple
   facts: finish_lib.RunFacts
-  preprocessor: object
   exporter: object = None
 
   def end_training(self):
@@ -177,20 +189,14 @@ def _state(c, strategy, encoder, plan, out, route):
 
 
 def _write_config(run, plan, strategy, route, layer_rates, data):
-  counts, buckets, group, shuffle, ladder = data
   run_dir.write_json(
       run.out.config_json,
       dict(
           config=dataclasses.asdict(run.config),
           task=run.task.to_json(),
-          data=counts_lib.fingerprint(counts),
-          buckets=list(buckets),
-          # None: one example a row; a list (maybe empty): the encoder
-          # rebuilt for shared rows, batches in these row counts.
-          shared_rows=None if ladder is None else list(ladder),
-          # With one bucket the group does not order anything.
-          train_group_batches=group if len(buckets) > 1 else None,
-          shuffle=shuffle,
+          data=counts_lib.fingerprint(data.counts),
+          **data.layout.record(),
+          shuffle=data.shuffle,
           plan=plan.durations(),
           replicas=strategy.num_replicas_in_sync,
           jit_compile=route.jit_compile,
@@ -218,7 +224,7 @@ def _resumed(c, shared):
   saved = run_dir.read_json(shared.config_json)
   if not (saved and checkpoints.exist(shared.checkpoints)):
     return None, c, input_pipeline.SHUFFLE
-  recorded = buckets_lib.recorded_config(saved)
+  recorded = layout_lib.recorded_config(saved)
   c, kept = config_lib.run_defaults(c, recorded)
   changes = run_dir.check_resume(recorded, c)
   shuffle = inputs.shuffle(saved, c.model_dir)
@@ -237,25 +243,21 @@ def _resumed(c, shared):
 
 
 def _trainer(c, strategy, state, route, data, plan, run):
-  """The trainer object: the compiled train loop over the run's data (with
-  NaNs injected where a drill asks, and the profiler around its window);
-  `data` is (splits, packer, buckets, group, shuffle, row counts)."""
-  splits, packer, buckets, group, shuffle, ladder = data
+  """The trainer object: the compiled train loop over the run's `data`
+  (with NaNs injected where a drill asks, and the profiler around its
+  window)."""
 
   def dataset(position):
     ds = input_pipeline.train_groups(
-        splits["train"],
-        packer,
-        buckets,
-        c.batch_size,
-        group,
+        data.splits["train"],
+        data.packer,
+        data.layout,
         plan.steps_per_epoch,
         start_step=position,
         seed=c.seed,
         shuffle_buffer=c.shuffle_buffer,
         read_stripes=c.read_stripes,
-        shuffle=shuffle,
-        rows=ladder or None)
+        shuffle=data.shuffle)
     input_pipeline.check_int_features(ds.element_spec)
     return iter(strategy.experimental_distribute_dataset(ds))
 
@@ -274,9 +276,7 @@ def _trainer(c, strategy, state, route, data, plan, run):
           accumulation_steps=c.grad_accumulation_steps,
           loss_scale=state.loss_scale))
   trainer = faults.wrap(
-      trainer_lib.Trainer(
-          state, loop, dataset, meta, c.batch_size,
-          *trainer_lib.shapes(buckets, ladder, c.batch_size, strategy)))
+      trainer_lib.Trainer(state, loop, dataset, meta, data.layout))
   if plan.profile and run.chief:  # a worker's trace would be its own host's
     trainer = trainer_lib.Profiled(trainer, plan.profile,
                                    run.out.summary_writer_dir("train"))
@@ -284,27 +284,19 @@ def _trainer(c, strategy, state, route, data, plan, run):
 
 
 def _evaluator(c, strategy, state, task, data):
-  splits, packer, buckets, ladder = data[:3] + data[-1:]
-  eval_batch = c.eval_batch_size or c.batch_size
-  rows = ladder and shared_rows.for_batch(ladder, c.batch_size, eval_batch,
-                                          strategy.num_replicas_in_sync)
-  # Shared rows cut a group at each change of row count: groups as
-  # training's, not filled out to --steps_per_loop batches of zeros.
-  group = shared_rows.group_size(c.steps_per_loop) if rows else c.steps_per_loop
 
   def dataset(split):
     # Built at the first eval and iterated afresh at each (the pipeline's
     # maps are traced and the strategy's rewrite made once a run).
     return functools.cache(lambda: strategy.experimental_distribute_dataset(
-        input_pipeline.eval_groups(split, packer, buckets, eval_batch, group,
-                                   rows or None)))
+        input_pipeline.eval_groups(split, data.packer, data.layout)))
 
   return trainer_lib.Evaluator(
       train_step.make_eval_loop(
           strategy, train_step.make_eval_step(state.model, c.num_classes),
           c.num_classes), {
               name: dataset(split)
-              for name, split in splits.items()
+              for name, split in data.splits.items()
               if name.startswith("validation") or name == "test"
           },
       task.metrics,
@@ -341,42 +333,29 @@ def _actions(c, task, run, plan, state, evaluator, signals):
   return train_actions, evaluations, best, stop, closing
 
 
-def _layout(run, saved, strategy, preprocessor, rows):
-  """(splits, counts, packer, buckets, examples per bucket, row counts,
-  group): the run's data read and checked against the run's record, and
-  how its batches are laid out (`rows`: the encoder takes shared rows).
-  The row counts are None when it does not, () when it does and no batch
-  uses them (`inputs.resolve_rows`), as config.json records them."""
+def _data(run, saved, strategy, preprocessor, shuffle, rebuilt):
+  """The run's `RunData`: its data read and checked against the run's
+  record, and how its batches are laid out (`rebuilt`: the encoder takes
+  shared rows)."""
   c = run.config
   splits, counts = inputs.splits_and_counts(c, run.task, run.out)
   counts_lib.check_same_data((saved or {}).get("data"), counts, c.model_dir)
   packer = preprocessing.make_packer(preprocessor, c.seq_length)
-  buckets, in_buckets = inputs.resolve_buckets(c, splits["train"], packer,
-                                               counts["train"]["rows_used"],
-                                               run.out, saved)
-  ladder = inputs.resolve_rows(
-      c, splits["train"], packer, run.out, saved,
-      strategy.num_replicas_in_sync *
-      c.grad_accumulation_steps) if rows else None
-  # The order of a bucketed epoch depends on the group: a resume keeps the
-  # run's --bucket_group_batches (`_resumed`), whatever --steps_per_loop is.
-  group = buckets_lib.group_size(c.steps_per_loop, buckets,
-                                 c.bucket_group_batches)
-  if ladder:
-    group = shared_rows.group_size(c.steps_per_loop)
-  return splits, counts, packer, buckets, in_buckets, ladder, group
+  layout = inputs.resolve_layout(c, splits["train"], packer,
+                                 counts["train"]["rows_used"], run.out, saved,
+                                 strategy.num_replicas_in_sync, rebuilt)
+  return RunData(splits, counts, packer, layout, shuffle)
 
 
 def _build(run, strategy, signals):
   """The rest of `setup`, once the run's folder is this process's."""
   saved, run.config, shuffle = _resumed(run.config, run.shared)
   c, task = run.config, run.task
-  preprocessor, encoder, route, rows = encoder_setup.load_model(
+  preprocessor, encoder, route, rebuilt = encoder_setup.load_model(
       c, task, strategy, saved)
-  splits, counts, packer, buckets, in_buckets, ladder, group = _layout(
-      run, saved, strategy, preprocessor, rows)
-  plan = _plan(c, counts["train"]["rows_used"],
-               buckets_lib.steps_per_epoch(in_buckets, c.batch_size))
+  data = _data(run, saved, strategy, preprocessor, shuffle, rebuilt)
+  plan = _plan(c, data.counts["train"]["rows_used"],
+               data.layout.steps_per_epoch)
   logging.info(
       "Replicas: %d, jit_compile: %s, steps: %d (%d per epoch), warmup: %d",
       strategy.num_replicas_in_sync, route.jit_compile, plan.total_steps,
@@ -384,19 +363,18 @@ def _build(run, strategy, signals):
   state = _state(c, strategy, encoder, plan, run.out, route)
   state.resume(run.shared.checkpoints, run.chief)
   _log_layer_rates(state.layer_rates)
-  data = (splits, packer, buckets, group, shuffle, ladder)
-  _write_config(run, plan, strategy, route, state.layer_rates,
-                (counts, buckets, group, shuffle, ladder))
+  _write_config(run, plan, strategy, route, state.layer_rates, data)
   evaluator = _evaluator(c, strategy, state, task, data)
   train_actions, evaluations, best, stop, closing = _actions(
       c, task, run, plan, state, evaluator, signals)
   trainer = _trainer(c, strategy, state, route, data, plan, run)
   exporter = None
   if c.export and run.chief:
-    exporter = export_lib.RunExporter(state, preprocessor, c, task, buckets,
-                                      run.out, strategy)
+    exporter = export_lib.RunExporter(state, preprocessor, c, task,
+                                      data.layout, run.out, strategy)
   return Job(
       run=run,
+      data=data,
       plan=plan,
       state=state,
       trainer=trainer,
@@ -411,10 +389,8 @@ def _build(run, strategy, signals):
           total_steps=plan.total_steps,
           replicas=strategy.num_replicas_in_sync,
           route=route,
-          buckets=tuple(buckets),
-          counts=counts,
-          shared_rows=ladder + (c.batch_size,) if ladder else None),
-      preprocessor=preprocessor,
+          layout=data.layout,
+          counts=data.counts),
       exporter=exporter)
 
 

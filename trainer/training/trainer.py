@@ -29,10 +29,11 @@ from trainer.training import train_step
 class Trainer:
   """Trains a `TrainState` loop by loop.
 
-  The data comes in groups of batches of one bucket (`input_pipeline.
-  train_groups`); a loop of `num_steps` steps runs them one call of the
-  compiled loop per group it touches (one, unless the loop crosses into the
-  next group), each call's batches of one bucket.
+  The data comes in groups of batches of one shape (`input_pipeline.
+  train_groups`: one bucket length, or one row count in shared rows); a
+  loop of `num_steps` steps runs them one call of the compiled loop per
+  group it touches (one, unless the loop crosses into the next group),
+  each call's batches of one shape.
 
   Args:
     state: the run's `train_state.TrainState` (model, AdamW, data position,
@@ -43,28 +44,18 @@ class Trainer:
       that batch position on.
     meta: a distributed group -> (its first batch's position, its count of
       batches), Python ints.
-    batch_size: the global batch size (examples per step).
-    buckets: the shapes the run's steps are counted by (in the state, so
-      they add up across a resume): its bucket lengths, or its row counts
-      with shared rows.
-    shape_of: a distributed group -> its entry of `buckets`, from its
-      static shape (`shapes`).
+    layout: the run's `layout.Layout`: its batch size, the shapes its steps
+      are counted by (in the state, so they add up across a resume), and a
+      group's shape (`Layout.shape_of`).
   """
 
-  def __init__(self,
-               state,
-               train_loop,
-               dataset,
-               meta,
-               batch_size,
-               buckets,
-               shape_of=None):
+  def __init__(self, state, train_loop, dataset, meta, layout):
     self.state = state
     self.train_loop, self._dataset, self._meta = train_loop, dataset, meta
-    self.batch_size, self.buckets = batch_size, tuple(buckets)
-    self._shape_of = shape_of or _length_of
+    self.layout = layout
+    self.batch_size, self.shapes = layout.batch_size, layout.shapes
     self._groups = self._group = None
-    self._used = self._count = self._length = 0
+    self._used = self._count = self._shape = 0
 
   @property
   def step(self):
@@ -80,7 +71,7 @@ class Trainer:
       self._group = next(self._groups)
       first, self._count = self._meta(self._group)
       self._used = self.state.data_position - first
-      self._length = self._shape_of(self._group)
+      self._shape = self.layout.shape_of(self._group)
     steps = min(remaining, self._count - self._used)
     return self._group, self._used, steps
 
@@ -89,20 +80,19 @@ class Trainer:
     start, position = self.state.step, self.state.data_position
     host.keep_malloc_fast()
     started = time.perf_counter()
-    remaining, calls, per_bucket = num_steps, [], {}
+    remaining, calls, per_shape = num_steps, [], {}
     while remaining:
       group, offset, steps = self._segment(remaining)
       # Not read back here: the next call (a loop is several when it
-      # crosses groups, of --bucket_group_batches batches each with
-      # several buckets) is dispatched while this one runs.
+      # crosses groups) is dispatched while this one runs.
       calls.append(
           (steps, self.train_loop(group, tf.constant(offset),
                                   tf.constant(steps))))
       self._used += steps
       remaining -= steps
-      index = self.buckets.index(self._length)
-      per_bucket[index] = per_bucket.get(index, 0) + steps
-    self.state.add_bucket_steps(per_bucket)
+      index = self.shapes.index(self._shape)
+      per_shape[index] = per_shape.get(index, 0) + steps
+    self.state.add_shape_steps(per_shape)
     loss_sum, norm_sum, applied_sum = 0.0, 0.0, 0.0
     for steps, (loss, norm, applied) in calls:
       applied = float(applied)  # waits for the device
@@ -134,31 +124,6 @@ class Trainer:
     self.state.restore(checkpoint)
     self.state.skip_to(position)
     self._groups = self._group = None
-
-
-def _length_of(group):
-  """The sequence length (bucket) of a distributed group, from its static
-  shape (no device read)."""
-  ids = group["input_word_ids"]
-  values = getattr(ids, "values", (ids,))
-  return int(values[0].shape[-1])
-
-
-def shapes(buckets, ladder, batch_size, strategy):
-  """(the shapes a run's steps are counted by, a distributed group -> its
-  shape): the bucket lengths by their static length; with shared rows
-  (`ladder`, its row counts) the row count of a batch, one replica's rows
-  times the replicas, the batch size (one example a row) last."""
-  if not ladder:
-    return tuple(buckets), _length_of
-  replicas = strategy.num_replicas_in_sync
-
-  def rows_of(group):
-    ids = group["input_word_ids"]
-    values = getattr(ids, "values", (ids,))
-    return int(values[0].shape[0]) * replicas
-
-  return tuple(ladder) + (batch_size,), rows_of
 
 
 class Profiled:
