@@ -32,7 +32,7 @@ from trainer.data import preprocessing  # noqa: E402
 from trainer.data import row_layout  # noqa: E402
 from trainer.encoders import native  # noqa: E402
 from trainer.model import classifier  # noqa: E402
-from trainer.training import train_step  # noqa: E402
+from trainer.foundation import features  # noqa: E402
 
 TWEETS = os.path.join(ROOT, "..", "shared", "data", "sentiment140_sample.csv")
 
@@ -58,7 +58,7 @@ def _ms_per_step(loaded, precision, keyed, batch, repeats):
   encoder = loaded if keyed is None else native.NativeEncoder(
       loaded, precision, hashed_dropout=keyed)
   model = classifier.Classifier(encoder, 2)
-  inputs = train_step.encoder_inputs(batch)
+  inputs = features.encoder_inputs(batch)
 
   @tf.function
   def step(x):

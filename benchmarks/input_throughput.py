@@ -114,12 +114,7 @@ def measure(csv_path,
       ladder=rows,
       train_group=GROUP)
   ds = input_pipeline.train_groups(
-      split,
-      packer,
-      shape,
-      10**6,
-      read_stripes=16,
-      shuffle_buffer=10_000)
+      split, packer, shape, 10**6, read_stripes=16, shuffle_buffer=10_000)
   it = iter(ds)
   # Warm-up (tracing, the stripe scan, the first window, the first block of
   # shared rows): a block's worth of batches, as both layouts see it.

@@ -14,6 +14,7 @@ import tensorflow_hub as hub
 import testing
 from trainer.data import preprocessing
 from trainer.encoders import bert
+from trainer.foundation import features
 from trainer.encoders import demo
 from trainer.encoders import dropout as dropout_lib
 from trainer.encoders import handles
@@ -118,8 +119,8 @@ def _shared_and_fixed(model, preprocessor, texts, seq_length, ladder):
   batch = preprocessing.make_packer(preprocessor, seq_length)(texts)
   batch["label"] = tf.range(texts.shape[0])
   rows = testing.in_rows(batch, ladder)
-  fixed = model(train_step.encoder_inputs(batch)).numpy()
-  shared = model(train_step.encoder_inputs(rows)).numpy()
+  fixed = model(features.encoder_inputs(batch)).numpy()
+  shared = model(features.encoder_inputs(rows)).numpy()
   return fixed, shared[testing.slot_order(rows)], rows
 
 
@@ -171,13 +172,13 @@ def test_an_example_draws_its_dropout_masks_in_shared_rows(
     rows = testing.in_rows(batch, ladder)
     assert rows["weight"].numpy().sum(axis=1).max() >= 2  # rows are shared
     rebuilt.encoder.dropout_rng.state.assign(state)
-    fixed = call(train_step.encoder_inputs(batch)).numpy()
-    again = call(train_step.encoder_inputs(batch)).numpy()
+    fixed = call(features.encoder_inputs(batch)).numpy()
+    again = call(features.encoder_inputs(batch)).numpy()
     rebuilt.encoder.dropout_rng.state.assign(state)
-    shared = call(train_step.encoder_inputs(rows)).numpy()
+    shared = call(features.encoder_inputs(rows)).numpy()
     np.testing.assert_allclose(
         shared[testing.slot_order(rows)], fixed, atol=1e-5)
-    inference = model(train_step.encoder_inputs(batch)).numpy()
+    inference = model(features.encoder_inputs(batch)).numpy()
     assert np.abs(fixed - inference).max() > 1e-3
     assert np.abs(fixed - again).max() > 1e-3
 
@@ -201,8 +202,8 @@ def test_a_model_garden_encoder_rebuilt_takes_shared_rows():
   batch["label"] = tf.range(len(SINGLES))
   rows = testing.in_rows(batch, (4,))
   assert rows["input_word_ids"].shape[0] == 4
-  fixed = fixed_model(train_step.encoder_inputs(batch)).numpy()
-  shared = shared_model(train_step.encoder_inputs(rows)).numpy()
+  fixed = fixed_model(features.encoder_inputs(batch)).numpy()
+  shared = shared_model(features.encoder_inputs(rows)).numpy()
   np.testing.assert_allclose(shared[testing.slot_order(rows)], fixed, atol=1e-5)
   # An opaque SavedModel (the demo preprocessor stands in) is not rebuilt.
   assert handles.rebuilt(preprocessor, "pre") is None

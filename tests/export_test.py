@@ -90,8 +90,7 @@ def test_export_matches_trainer_eval_step_and_token_ids(demo_run, tmp_path):
   batch = next(
       iter(
           input_pipeline.eval_dataset(
-              split, packer, testing.layout((c.seq_length,), len(TEXTS),
-                                            8))))
+              split, packer, testing.layout((c.seq_length,), len(TEXTS), 8))))
   probs = train_step.make_predict_step(model)(batch)
   np.testing.assert_allclose(
       served["probabilities"].numpy(), probs.numpy(), atol=1e-5)

@@ -37,8 +37,7 @@ def test_distributed_train_data_is_int32_and_static(tmp_path, preprocessor):
   packer = preprocessing.make_packer(preprocessor, 16)
   strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
   ds = input_pipeline.train_groups(
-      testing.split(tmp_path / "d.csv"), packer, testing.layout((16,), 8, 3),
-      5)
+      testing.split(tmp_path / "d.csv"), packer, testing.layout((16,), 8, 3), 5)
   input_pipeline.check_int_features(ds.element_spec)
   dist = strategy.experimental_distribute_dataset(ds)
   want = dict(label=[4, 3], meta=[4, 2])
@@ -51,8 +50,8 @@ def test_distributed_train_data_is_int32_and_static(tmp_path, preprocessor):
       "input_word_ids", "input_mask", "input_type_ids", "label", "meta"
   }
   bucketed = input_pipeline.train_groups(
-      testing.split(tmp_path / "d.csv"), packer,
-      testing.layout((4, 16), 8, 3), 5)
+      testing.split(tmp_path / "d.csv"), packer, testing.layout((4, 16), 8, 3),
+      5)
   input_pipeline.check_int_features(bucketed.element_spec)
   assert bucketed.element_spec["input_word_ids"].shape.as_list() == [8, 3, None]
   with pytest.raises(TypeError, match="static batch and group sizes"):
@@ -145,8 +144,8 @@ def test_eval_counts_every_example_once(tmp_path, preprocessor):
   packer = preprocessing.make_packer(preprocessor, 8)
   batches = list(
       input_pipeline.eval_dataset(
-          testing.split(tmp_path / "d.csv"), packer,
-          testing.layout((8,), 4, 2)))
+          testing.split(tmp_path / "d.csv"), packer, testing.layout((8,), 4,
+                                                                    2)))
   assert len(batches) == 3
   weights = np.concatenate([b["weight"].numpy() for b in batches])
   assert weights.tolist() == [1.0] * 10 + [0.0] * 2
@@ -155,8 +154,8 @@ def test_eval_counts_every_example_once(tmp_path, preprocessor):
   # row is counted once (in the bucket of its length).
   bucketed = list(
       input_pipeline.eval_dataset(
-          testing.split(tmp_path / "d.csv"), packer,
-          testing.layout((4, 8), 4, 2)))
+          testing.split(tmp_path / "d.csv"), packer, testing.layout((4, 8), 4,
+                                                                    2)))
   real = [
       b["input_word_ids"].numpy()[b["weight"].numpy() > 0] for b in bucketed
   ]

@@ -24,6 +24,7 @@ from trainer.data import preprocessing
 from trainer.encoders import native
 from trainer.foundation import config as config_lib
 from trainer.foundation import errors
+from trainer.foundation import features
 from trainer.model import classifier as model_lib
 from trainer.model import optimization
 from trainer.model import precision as precision_lib
@@ -191,8 +192,7 @@ def test_float32_rebuilds_our_encoder_and_keeps_a_foreign_one(
   assert (encoder.compute_dtype, encoder.hashed_dropout) == ("float32", True)
   assert jit is False  # unset --jit_compile on a CPU
   assert note == "precision: float32"
-  inputs = train_step.encoder_inputs(
-      _batch(hub.load(demo_paths["preprocessor"])))
+  inputs = features.encoder_inputs(_batch(hub.load(demo_paths["preprocessor"])))
   np.testing.assert_allclose(
       encoder(inputs, training=False)["sequence_output"].numpy(),
       loaded(inputs, training=False)["sequence_output"].numpy(),
@@ -219,8 +219,7 @@ def test_own_encoder_is_rebuilt_with_bfloat16_matmuls(no_dropout_encoder,
     assert mine.dtype == tf.float32
     np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
 
-  inputs = train_step.encoder_inputs(
-      _batch(hub.load(demo_paths["preprocessor"])))
+  inputs = features.encoder_inputs(_batch(hub.load(demo_paths["preprocessor"])))
   exact = loaded(inputs, training=False)["sequence_output"].numpy()
   mixed = encoder(inputs, training=False)["sequence_output"]
   assert mixed.dtype == tf.float32
@@ -262,7 +261,7 @@ def test_bfloat16_gradients_are_float32_and_follow_float32(
         model, opt, BATCH, jit_compile=jit_compile)
     variables = model.trainable_variables
     with tf.GradientTape() as tape:
-      logits = model(train_step.encoder_inputs(batch), training=True)
+      logits = model(features.encoder_inputs(batch), training=True)
       loss = tf.reduce_mean(
           tf.nn.sparse_softmax_cross_entropy_with_logits(
               labels=batch["label"], logits=logits))

@@ -9,6 +9,8 @@ import testing
 from trainer.data import input_pipeline
 from trainer.data import preprocessing
 from trainer.encoders import native
+from trainer.encoders import placement
+from trainer.foundation import features
 from trainer.evaluation import metrics
 from trainer.foundation import buckets as buckets_lib
 from trainer.model import classifier as model_lib
@@ -295,16 +297,13 @@ def test_mean_pooling_head_and_its_step(demo_paths):
     opt = optimization.AdamW(model.trainable_variables,
                              optimization.WarmupLinearDecay(1e-3, 10, 0))
   batch = _batch(preprocessor)
-  inputs = train_step.encoder_inputs(batch)
+  inputs = features.encoder_inputs(batch)
   mask = batch["input_mask"].numpy()
   assert 0 < mask.sum() < mask.size  # some padding to exclude
   sequence = encoder(inputs, training=False)["sequence_output"].numpy()
   want = (sequence * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
   np.testing.assert_allclose(
-      model_lib.mean_pool(sequence, batch["input_mask"]).numpy(),
-      want,
-      rtol=1e-5,
-      atol=1e-6)
+      placement.of(inputs).mean(sequence).numpy(), want, rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(
       model(inputs).numpy(),
       want @ model.kernel.numpy() + model.bias.numpy(),
@@ -344,7 +343,7 @@ def test_regression_eval_gathers_every_prediction_even_of_an_empty_split(
   dataset = tf.data.Dataset.from_tensors(group)
   loop = train_step.make_eval_loop(two, train_step.make_eval_step(model, 1), 1)
   out = loop(next(iter(two.experimental_distribute_dataset(dataset))))
-  want = model(train_step.encoder_inputs(examples), training=False)[:, 0]
+  want = model(features.encoder_inputs(examples), training=False)[:, 0]
   np.testing.assert_allclose(out["prediction"], want, rtol=1e-5, atol=1e-6)
   np.testing.assert_array_equal(out["label"], examples["label"])
   np.testing.assert_array_equal(out["weight"], examples["weight"])
@@ -388,7 +387,7 @@ def test_eval_step_counts_match_the_host_metrics(no_dropout_encoder):
       weight=tf.constant([1.0] * 20 + [0.0] * 4))
   out = train_step.make_eval_step(model, 2)(batch)
   probabilities = tf.nn.softmax(
-      model(train_step.encoder_inputs(batch), training=False)).numpy()[:20]
+      model(features.encoder_inputs(batch), training=False)).numpy()[:20]
   labels = batch["label"].numpy()[:20]
   host = metrics.classification_metrics(labels, probabilities, ["a", "b"])
   assert out["confusion"].numpy().tolist() == host["confusion_matrix"]
@@ -455,8 +454,8 @@ def test_bucketed_groups_give_one_and_two_replicas_the_same_weights(
         hub.load(no_dropout_encoder), 2, dropout_rate=0.0, seed=3)
   eval_loop = train_step.make_eval_loop(two,
                                         train_step.make_eval_step(model, 2), 2)
-  groups = input_pipeline.eval_groups(split, packer,
-                                      testing.layout((4, 8), 4, 2))
+  groups = input_pipeline.eval_groups(split, packer, testing.layout((4, 8), 4,
+                                                                    2))
   dist = two.experimental_distribute_dataset(groups)
   passes = [train_step.evaluate(eval_loop, dist) for _ in range(2)]
   assert [p["examples"] for p in passes] == [40, 40]

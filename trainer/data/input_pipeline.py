@@ -11,9 +11,9 @@ shuffle window.
 
 import tensorflow as tf
 
-from trainer.data import preprocessing
 from trainer.data import row_layout
 from trainer.data import splits
+from trainer.foundation import features
 
 
 def usable_rows(split, stripes=1):
@@ -147,7 +147,8 @@ def _group(rows, batch, group_size, length, pad_rows, static_length=None):
   for key, value in rows.items():
     if key in ("length", "bucket"):
       continue
-    value = value[:, :length] if key in preprocessing.ENCODER_INPUTS else value
+    per_token = len(value.shape) == 2  # [rows, seq_length]
+    value = value[:, :length] if per_token else value
     used = count * batch
     value = value[:used] if not pad_rows else tf.pad(value, [[0, used - n]] +
                                                      [[0, 0]] *
@@ -158,7 +159,7 @@ def _group(rows, batch, group_size, length, pad_rows, static_length=None):
     value = tf.transpose(value, perm)
     value = tf.pad(value, [[0, 0], [0, group_size - count]] + [[0, 0]] *
                    (len(value.shape) - 2))
-    static = [static_length] if key in preprocessing.ENCODER_INPUTS else []
+    static = [static_length] if per_token else []
     out[key] = tf.ensure_shape(value, [batch, group_size] + static)
   return out, count
 
@@ -344,7 +345,7 @@ def check_int_features(element_spec):
   a bucket's, static per group; in shared rows the row count is a shape's,
   static per group, and the rest is static): the contract that keeps
   strings and tables off the TPU."""
-  rows = row_layout.is_rows(element_spec)
+  rows = features.is_rows(element_spec)
   for key, spec in element_spec.items():
     want = tf.float32 if key == "weight" else tf.int32
     if key == "label" and spec.dtype == tf.float32:

@@ -19,10 +19,12 @@ inside the replicated (TPU/XLA) step.
 import tensorflow as tf
 import tensorflow_text as text
 
+from trainer.foundation import features
+
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # The TF Hub BERT interface: what the preprocessor packs and the encoder
 # takes, int32 [batch, seq_length] each.
-ENCODER_INPUTS = ("input_word_ids", "input_mask", "input_type_ids")
+ENCODER_INPUTS = features.ENCODER_INPUTS
 
 
 class _Tokenize(tf.Module):

@@ -4,47 +4,20 @@ shared_rows` says why, and holds the NumPy reference of the bin packing).
 
 Host side, in tf.data (training, eval) and in the export's `shared_rows`
 signature: `first_fit_decreasing` places each example, `to_rows` scatters
-the examples' tokens into the rows, `stream` turns a tf.data stream of
-examples into groups of batches in rows. What the encoder receives per row:
-
-    input_word_ids, input_type_ids      [rows, seq_length] int32, as packed
-    input_example_ids                   [rows, seq_length] int32: 1 + the
-                                        token's example's slot in the row,
-                                        0 for padding (attention stays
-                                        within one example)
-    input_position_ids                  [rows, seq_length] int32: from 0 at
-                                        each example's [CLS]
-    input_example_starts                [rows, slots] int32: where each
-                                        slot's example starts ([CLS])
-    input_example_index                 [rows, slots] int32: each slot's
-                                        example's place in the batch (0
-                                        for an empty slot): the key of its
-                                        dropout masks (`dropout.DropoutKeys`)
-
-and per slot `label` and `weight` [rows, slots] (weight 1 for an example,
-0 for an empty slot), so a step's loss and metrics sum over the real
-examples only. Every tensor has rows as its first axis: a strategy splits
-them over replicas, each replica getting whole rows, hence whole examples.
+the examples' features into the rows, `stream` turns a tf.data stream of
+examples into groups of batches in rows. What a row holds is the contract
+of `trainer.foundation.features`: the `ROW_INPUTS`, and every other feature
+per token ([rows, seq_length]) or per slot ([rows, slots]: `label`, and
+`weight`, 1 for an example and 0 for an empty slot, so a step's loss and
+metrics sum over the real examples only). Every tensor has rows as its
+first axis: a strategy splits them over replicas, each replica getting
+whole rows, hence whole examples.
 """
 
 import tensorflow as tf
 
+from trainer.foundation import features as features_lib
 from trainer.foundation import shared_rows
-
-# The encoder inputs of a row layout (`input_mask` is implied by
-# input_example_ids > 0); per-slot tensors are [rows, slots].
-ROW_INPUTS = ("input_word_ids", "input_type_ids", "input_example_ids",
-              "input_position_ids", "input_example_starts",
-              "input_example_index")
-TOKEN_FEATURES = ("input_word_ids", "input_type_ids", "input_example_ids",
-                  "input_position_ids")
-SLOT_FEATURES = ("input_example_starts", "input_example_index", "label",
-                 "weight")
-
-
-def is_rows(features):
-  """Whether `features` are in the row layout (else one example a row)."""
-  return "input_example_ids" in features
 
 
 def first_fit_decreasing(lengths, row_length, slots):
@@ -109,10 +82,12 @@ def to_rows(batches, lengths, placement, num_rows, slots):
   """Examples -> rows.
 
   Args:
-    batches: dict of `input_word_ids`, `input_type_ids` int32 [batches,
-      batch, seq_length] (each example packed at --seq_length, [CLS]
-      first), `label` [batches, batch] (int32, or float32 for regression),
-      and optionally `weight` float32 [batches, batch] (else 1).
+    batches: dict of per-token features [batches, batch, seq_length] (each
+      example packed at --seq_length, [CLS] first: `input_word_ids`,
+      `input_type_ids`, and any other) and per-example features [batches,
+      batch] (`label`: int32, or float32 for regression; optionally
+      `weight` float32, else 1), told apart by their rank;
+      `features.IMPLIED_IN_ROWS` and `length` are not carried.
     lengths: int32 [batches, batch]: tokens of each example.
     placement: (row, slot, offset) int32 [batches, batch]
       (`first_fit_decreasing` or `one_a_row`), every row below `num_rows`.
@@ -120,13 +95,14 @@ def to_rows(batches, lengths, placement, num_rows, slots):
     slots: examples a row may hold.
 
   Returns:
-    dict of the `TOKEN_FEATURES` [batches, num_rows, seq_length] and the
-    `SLOT_FEATURES` [batches, num_rows, slots], as the module docstring
-    says.
+    dict of the `features.ROW_INPUTS` and every carried feature: per token
+    [batches, num_rows, seq_length] (0 where no example lies), per example
+    [batches, num_rows, slots] (`weight` 0 for an empty slot).
   """
   row, slot, offset = placement
   ids = batches["input_word_ids"]
   count, size, seq_length = tf.unstack(tf.shape(ids))
+  width = ids.shape[-1]
   real = row >= 0
   # Scatters of one value per example (few): an example's global row is
   # its batch's first row plus its own; the last cell takes the unplaced.
@@ -139,7 +115,9 @@ def to_rows(batches, lengths, placement, num_rows, slots):
     return tf.reshape(flat, [count, num_rows, -1])
 
   def per_slot(values):
-    return scatter(global_row * slots + slot, values, count * num_rows * slots)
+    laid = scatter(global_row * slots + slot, values, count * num_rows * slots)
+    laid.set_shape([None, None, slots])
+    return laid
 
   example = per_slot(tf.broadcast_to(tf.range(1, size + 1), tf.shape(row))) - 1
   starts = per_slot(tf.where(real, offset, 0))
@@ -151,18 +129,24 @@ def to_rows(batches, lengths, placement, num_rows, slots):
   def tokens(values):
     # A zero after the values is what padding reads (an empty batch too).
     flat = tf.concat([tf.reshape(values, [-1]), tf.zeros([1], values.dtype)], 0)
-    return tf.gather(flat, tf.where(on, source, tf.size(values)))
+    laid = tf.gather(flat, tf.where(on, source, tf.size(values)))
+    laid.set_shape([None, None, width])
+    return laid
 
-  weight = batches.get("weight", tf.ones(tf.shape(lengths), tf.float32))
-  return dict(
-      input_word_ids=tokens(ids),
-      input_type_ids=tokens(batches["input_type_ids"]),
-      input_example_ids=tf.where(on, slot_of + 1, 0),
-      input_position_ids=tf.where(on, within, 0),
+  out = dict(
+      input_example_ids=tf.ensure_shape(
+          tf.where(on, slot_of + 1, 0), [None, None, width]),
+      input_position_ids=tf.ensure_shape(
+          tf.where(on, within, 0), [None, None, width]),
       input_example_starts=starts,
-      input_example_index=tf.maximum(example, 0),
-      label=per_slot(batches["label"]),
-      weight=per_slot(tf.where(real, weight, 0.0)))
+      input_example_index=tf.maximum(example, 0))
+  skipped = features_lib.IMPLIED_IN_ROWS + ("length", "weight")
+  for key, value in batches.items():
+    if key not in skipped:
+      out[key] = tokens(value) if value.shape.rank == 3 else per_slot(value)
+  weight = batches.get("weight", tf.ones(tf.shape(lengths), tf.float32))
+  out["weight"] = per_slot(tf.where(real, weight, 0.0))
+  return out
 
 
 def _token_map(marks, starts, example, used, size):
@@ -234,7 +218,9 @@ def pack_texts(packer, texts, seq_length):
   batches["label"] = tf.zeros_like(lengths)
   rows = to_rows(batches, lengths, placement, num_rows, slots)
   row, slot, _ = placement
-  return {k: rows[k][0] for k in ROW_INPUTS}, row[0] * slots + slot[0]
+  return ({
+      k: rows[k][0] for k in features_lib.ROW_INPUTS
+  }, row[0] * slots + slot[0])
 
 
 # Shared rows: rows tokenized and laid out per map call, about (whole
@@ -258,17 +244,17 @@ def _block(packer, batch, pad_rows, ladder, seq_length):
   @tf.autograph.experimental.do_not_convert  # no Python control flow on
   def fn(texts, labels):  # tensors here: AutoGraph would only cost time
     features = packer(texts)
-    features["label"] = labels
     features["length"] = lengths_of(features)
+    for key in features_lib.IMPLIED_IN_ROWS:
+      del features[key]
+    features["label"] = labels
     n = tf.shape(labels)[0]
     count = (n + batch - 1) // batch if pad_rows else n // batch
     used = count * batch
     if pad_rows:
       features["weight"] = tf.ones([n], tf.float32)
     out = {}
-    for key in ("input_word_ids", "input_type_ids", "label", "length") + (
-        ("weight",) if pad_rows else ()):
-      value = features[key]
+    for key, value in features.items():
       value = tf.pad(value, [[0, used - n]] + [[0, 0]] *
                      (len(value.shape) - 1)) if pad_rows else value[:used]
       out[key] = tf.reshape(
@@ -281,15 +267,14 @@ def _block(packer, batch, pad_rows, ladder, seq_length):
   return fn
 
 
-def _groups(blocks, group_size, seq_length, first):
+def _groups(blocks, group_size, first):
   """Blocks (`_block`) -> groups: each run of consecutive batches at
   one row count, cut every `group_size` batches from the block's start, is
-  one group, in order, its features [rows, group_size, ...] (rows first: a
-  strategy splits them), batch g of the group at [:, g], the group axis
+  one group, in order, its features [rows, group_size, width] (rows first:
+  a strategy splits them), batch g of the group at [:, g], the group axis
   filled with zeros past its `count`; `meta` [rows, 2] = (its first
   batch's stream position, its count). `first(i)` is the stream position
   of block i's first batch."""
-  slots = shared_rows.slots_per_row(seq_length)
 
   @tf.autograph.experimental.do_not_convert  # as `_block`'s
   def runs(index, block):
@@ -304,11 +289,12 @@ def _groups(blocks, group_size, seq_length, first):
 
     def one(start, end):
       rows, group = sizes[start], {}
-      for key in TOKEN_FEATURES + SLOT_FEATURES:
-        value = tf.pad(block[key][:rows, start:end],
+      for key, laid in block.items():
+        if key == "sizes":
+          continue
+        value = tf.pad(laid[:rows, start:end],
                        [[0, 0], [0, group_size - (end - start)], [0, 0]])
-        width = seq_length if key in TOKEN_FEATURES else slots
-        group[key] = tf.ensure_shape(value, [None, group_size, width])
+        group[key] = tf.ensure_shape(value, [None, group_size, laid.shape[-1]])
       group["meta"] = tf.tile(
           tf.stack([start_position + start, end - start])[tf.newaxis],
           [rows, 1])
@@ -343,5 +329,5 @@ def stream(examples,
       _block(packer, batch, pad_rows, ladder, seq_length),
       num_parallel_calls=tf.data.AUTOTUNE,
       deterministic=True).filter(lambda b: tf.size(b["sizes"]) > 0)
-  return _groups(blocks, group_size, seq_length,
+  return _groups(blocks, group_size,
                  lambda i: first + tf.cast(i, tf.int64) * block)

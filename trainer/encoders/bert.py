@@ -21,6 +21,7 @@ import math
 import tensorflow as tf
 
 from trainer.encoders import dropout as dropout_lib
+from trainer.encoders import placement
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,11 +235,9 @@ class BertEncoder(tf.Module):
 
     Args:
       inputs: dict of int32 `input_word_ids`, `input_mask`, `input_type_ids`,
-        each [batch, seq_length]; or shared rows (`trainer.data.
-        row_layout`): `input_word_ids`, `input_type_ids`,
-        `input_example_ids`, `input_position_ids` [rows, seq_length],
-        `input_example_starts` and `input_example_index` [rows, slots],
-        several examples a row, each attending only to itself.
+        each [batch, seq_length]; or shared rows (`features.ROW_INPUTS`:
+        several examples a row, each attending only to itself), read once
+        by `placement.of`.
       training: whether dropout is active.
       compute_dtype: "float32", or "bfloat16" for mixed precision (bfloat16
         matmuls, everything else float32; see `_matmul`). Saved encoders
@@ -254,59 +253,25 @@ class BertEncoder(tf.Module):
       [batch, seq_length, hidden] per layer) and `default` (= pooled_output),
       all float32.
     """
-    word_ids = inputs["input_word_ids"]
+    where = placement.of(inputs)  # the layout, read once
     x = (
-        tf.gather(self.word_embeddings, word_ids) +
+        tf.gather(self.word_embeddings, inputs["input_word_ids"]) +
         tf.gather(self.type_embeddings, inputs["input_type_ids"]) +
-        _positions(self.position_embeddings, inputs))
-    keys = (
-        dropout_lib.example_keys(inputs)
-        if training and hashed_dropout else None)
+        where.positions(self.position_embeddings))
+    keys = where.dropout_keys() if training and hashed_dropout else None
     x = dropout_lib.apply(
         self.embeddings_layer_norm(x), self.config.dropout_rate, training,
         self.dropout_rng, hashed_dropout,
         None if keys is None else lambda: keys.tokens(self.config.hidden_size))
-    attention_bias = _attention_bias(inputs)
+    attention_bias = where.attention_bias()
     encoder_outputs = []
     for layer in self.layers:
       x = layer(x, attention_bias, training, self.dropout_rng, compute_dtype,
                 hashed_dropout, keys)
       encoder_outputs.append(x)
-    pooled = tf.tanh(self.pooler(_first_tokens(x, inputs), compute_dtype))
+    pooled = tf.tanh(self.pooler(where.first_tokens(x), compute_dtype))
     return dict(
         pooled_output=pooled,
         sequence_output=x,
         encoder_outputs=encoder_outputs,
         default=pooled)
-
-
-def _positions(table, inputs):
-  """Position embeddings [1 or rows, seq_length, hidden]: 0, 1, ... along
-  each row, or from each example's start in shared rows."""
-  if "input_example_ids" in inputs:
-    return tf.gather(table, inputs["input_position_ids"])
-  return table[tf.newaxis, :tf.shape(inputs["input_word_ids"])[1], :]
-
-
-def _attention_bias(inputs):
-  """The bias added to attention scores: -10000 where a key is padding
-  ([batch, 1, 1, seq_length]) or, in shared rows, of another example
-  ([rows, 1, seq_length, seq_length]: block-diagonal, so each example
-  attends to exactly the keys it has in a row of its own)."""
-  if "input_example_ids" not in inputs:
-    mask = tf.cast(inputs["input_mask"], tf.float32)
-    return (1.0 - mask[:, tf.newaxis, tf.newaxis, :]) * -10000.0
-  ids = inputs["input_example_ids"]
-  same = tf.logical_and(
-      tf.equal(ids[:, :, tf.newaxis], ids[:, tf.newaxis, :]),
-      ids[:, tf.newaxis, :] > 0)
-  return (1.0 - tf.cast(same, tf.float32))[:, tf.newaxis] * -10000.0
-
-
-def _first_tokens(x, inputs):
-  """What the pooler reads: each row's first token, or in shared rows
-  each slot's [CLS] ([rows * slots, hidden], row-major)."""
-  if "input_example_ids" not in inputs:
-    return x[:, 0, :]
-  first = tf.gather(x, inputs["input_example_starts"], batch_dims=1)
-  return tf.reshape(first, [-1, x.shape[-1]])

@@ -99,18 +99,6 @@ class DropoutKeys:
     return query * self.length + self.position[:, tf.newaxis, tf.newaxis, :]
 
 
-def example_keys(inputs):
-  """`DropoutKeys` of shared rows, None one example a row (an element's
-  index is its key). Raises ValueError for shared rows without
-  `input_example_index` (their masks could not be their examples')."""
-  if "input_example_ids" not in inputs:
-    return None
-  if "input_example_index" not in inputs:
-    raise ValueError("shared rows without input_example_index: lay them out "
-                     "with trainer.data.row_layout.to_rows")
-  return DropoutKeys(inputs)
-
-
 def apply(x, rate, training, rng, hashed=False, index=None):
   """Dropout drawing from `rng`, a tf.random.Generator whose state is a
   variable of the encoder: checkpointed with the weights, so a resumed run

@@ -110,8 +110,8 @@ def choose(histogram, batch_size, max_buckets=MAX_AUTO_BUCKETS):
   low = [0] + edges[:-1]
   counts = [int(histogram[a + 1:b + 1].sum()) for a, b in zip(low, edges)]
   found = ladders.cheapest(
-      edges, counts, max_buckets,
-      lambda n, first, last: n >= minimum or (last and not first and n == 0))
+      edges, counts, max_buckets, lambda n, first, last: n >= minimum or
+      (last and not first and n == 0))
   return found[1] if found else (seq_length,)
 
 

@@ -119,8 +119,7 @@ class Layout:
       # The order of a bucketed epoch depends on the group: a resume keeps
       # the run's --bucket_group_batches, whatever --steps_per_loop is.
       train_group = buckets.group_size(c.steps_per_loop, lengths,
-                                       group_batches or
-                                       c.bucket_group_batches)
+                                       group_batches or c.bucket_group_batches)
     # Shared rows cut a group at each change of row count: eval groups as
     # training's, not filled out to --steps_per_loop batches of zeros.
     eval_group = (
@@ -188,8 +187,7 @@ class Layout:
         # rebuilt for shared rows, batches in these row counts.
         shared_rows=None if self.ladder is None else list(self.ladder),
         # With one bucket the group does not order anything.
-        train_group_batches=self.train_group
-        if len(self.lengths) > 1 else None)
+        train_group_batches=self.train_group if len(self.lengths) > 1 else None)
 
   @classmethod
   def from_record(cls, record, c):

@@ -183,9 +183,9 @@ def choose(histogram, batch_size, multiple=1, max_shapes=MAX_AUTO_SHAPES):
   if not len(values):
     return ()
   above = len(needed) - counts.sum()
-  cost, ladder = ladders.cheapest(
-      [int(v) for v in values] + [batch_size],
-      [int(n) for n in counts] + [int(above)], max_shapes + 1)
+  cost, ladder = ladders.cheapest([int(v) for v in values] + [batch_size],
+                                  [int(n) for n in counts] + [int(above)],
+                                  max_shapes + 1)
   if cost / len(needed) > (1 - MIN_SAVING) * batch_size:
     return ()
   return ladder[:-1]

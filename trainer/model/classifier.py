@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from trainer.encoders import dropout as dropout_lib
 from trainer.encoders import handles
+from trainer.encoders import placement
 
 
 def _hidden_size(encoder):
@@ -65,9 +66,8 @@ class Classifier(tf.Module):
 
     Args:
       inputs: dict of int32 `input_word_ids`, `input_mask`, `input_type_ids`,
-        each [batch, seq_length]; or shared rows (`trainer.data.row_layout.
-        ROW_INPUTS`: several examples a row, which only this project's
-        encoders take).
+        each [batch, seq_length]; or shared rows (`features.ROW_INPUTS`:
+        several examples a row, which only this project's encoders take).
       training: enables dropout in the encoder and the head.
       dropout_seed: int32 [2] seed of the head dropout (stateless, so a
         resumed run draws the same masks; keyed by each example's place in
@@ -80,49 +80,17 @@ class Classifier(tf.Module):
         meaningless: its weight is 0).
     """
     outputs = self.encoder(inputs, training=training)
-    if self.pooling == "mean" and "input_example_ids" in inputs:
-      pooled = mean_pool_slots(outputs["sequence_output"],
-                               inputs["input_example_ids"],
-                               tf.shape(inputs["input_example_starts"])[1])
-    elif self.pooling == "mean":
-      pooled = mean_pool(outputs["sequence_output"], inputs["input_mask"])
+    where = placement.of(inputs)
+    if self.pooling == "mean":
+      pooled = where.mean(outputs["sequence_output"])
     else:
       pooled = outputs["pooled_output"]
     if training and self.dropout_rate > 0:
       seed = dropout_seed if dropout_seed is not None else tf.constant([0, 0])
-      example = (
-          tf.reshape(inputs["input_example_index"], [-1])
-          if "input_example_index" in inputs else tf.range(tf.shape(pooled)[0]))
-      pooled = dropout_lib.example_dropout(pooled, self.dropout_rate, seed,
-                                           example)
+      pooled = dropout_lib.example_dropout(
+          pooled, self.dropout_rate, seed,
+          where.example_index(tf.shape(pooled)[0]))
     return tf.matmul(tf.cast(pooled, tf.float32), self.kernel) + self.bias
-
-
-def mean_pool(sequence, mask):
-  """float32 [batch, hidden]: the mean of `sequence` over positions where
-  `mask` (int [batch, seq]) is 1."""
-  weights = tf.cast(mask, tf.float32)[:, :, tf.newaxis]
-  total = tf.reduce_sum(tf.cast(sequence, tf.float32) * weights, axis=1)
-  return total / tf.maximum(tf.reduce_sum(weights, axis=1), 1.0)
-
-
-def mean_pool_slots(sequence, example_ids, slots):
-  """float32 [rows * slots, hidden]: for each slot of shared rows the mean
-  of `sequence` [rows, seq, hidden] over its example's tokens
-  (`example_ids` [rows, seq]: 1 + slot, 0 for padding), row-major; 0 for
-  an empty slot. `slots` may be a scalar tensor (serving lays out texts
-  in as many slots as they need)."""
-  rows = tf.shape(example_ids)[0]
-  segment = tf.range(rows)[:, tf.newaxis] * slots + example_ids - 1
-  segment = tf.where(example_ids > 0, segment, rows * slots)  # padding: out
-  hidden = sequence.shape[-1]
-  total = tf.math.unsorted_segment_sum(
-      tf.reshape(tf.cast(sequence, tf.float32), [-1, hidden]),
-      tf.reshape(segment, [-1]), rows * slots + 1)[:-1]
-  count = tf.math.unsorted_segment_sum(
-      tf.ones_like(tf.reshape(segment, [-1]), tf.float32),
-      tf.reshape(segment, [-1]), rows * slots + 1)[:-1]
-  return total / tf.maximum(count, 1.0)[:, tf.newaxis]
 
 
 def _dummy_inputs():

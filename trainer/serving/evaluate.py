@@ -100,9 +100,8 @@ def serving(c, task, export_dir="", checkpoint=""):
   _check_pairs(task, tasks.resolve(saved).pairs, f"the run in {c.model_dir}")
   preprocessor, model, _, _ = export.load_classifier(
       dataclasses.replace(saved, demo_cache_dir=c.demo_cache_dir), checkpoint)
-  module = export.serving_module(
-      model, preprocessor, c.seq_length, task,
-      export.read_layout(c).lengths)
+  module = export.serving_module(model, preprocessor, c.seq_length, task,
+                                 export.read_layout(c).lengths)
   serve = module.serve_rows or module.serve
   return lambda texts: call(serve, texts), task.class_names
 

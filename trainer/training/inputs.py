@@ -160,8 +160,7 @@ def resolve_rows(c, split, packer, out, saved, multiple):
   return ladder
 
 
-def resolve_layout(c, split, packer, rows_used, out, saved, replicas,
-                   rebuilt):
+def resolve_layout(c, split, packer, rows_used, out, saved, replicas, rebuilt):
   """The run's `Layout`, resolved once from --seq_buckets and
   --shared_rows, the training `split`'s measured lengths (cached in `out`),
   and for a resume its config.json `saved` (a run keeps the layout it
@@ -176,8 +175,7 @@ def resolve_layout(c, split, packer, rows_used, out, saved, replicas,
     replicas: replicas in sync.
     rebuilt: the encoder takes shared rows (`rows_encoder`).
   """
-  lengths, in_buckets = resolve_buckets(c, split, packer, rows_used, out,
-                                        saved)
+  lengths, in_buckets = resolve_buckets(c, split, packer, rows_used, out, saved)
   ladder = resolve_rows(c, split, packer, out, saved, replicas *
                         c.grad_accumulation_steps) if rebuilt else None
   return layout_lib.Layout.build(c, lengths, ladder, replicas, in_buckets)

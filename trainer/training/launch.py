@@ -370,8 +370,8 @@ def _build(run, strategy, signals):
   trainer = _trainer(c, strategy, state, route, data, plan, run)
   exporter = None
   if c.export and run.chief:
-    exporter = export_lib.RunExporter(state, preprocessor, c, task,
-                                      data.layout, run.out, strategy)
+    exporter = export_lib.RunExporter(state, preprocessor, c, task, data.layout,
+                                      run.out, strategy)
   return Job(
       run=run,
       data=data,

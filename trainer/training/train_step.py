@@ -16,19 +16,8 @@ bought nothing.
 import numpy as np
 import tensorflow as tf
 
-from trainer.data import preprocessing
-from trainer.data import row_layout
 from trainer.evaluation import metrics
-
-
-def encoder_inputs(batch):
-  """The encoder inputs of a batch: the three of TF Hub's interface (a TF
-  Hub encoder rejects extras), or those of shared rows
-  (`row_layout.ROW_INPUTS`)."""
-  keys = (
-      row_layout.ROW_INPUTS
-      if row_layout.is_rows(batch) else preprocessing.ENCODER_INPUTS)
-  return {k: batch[k] for k in keys}
+from trainer.foundation import features
 
 
 def examples(batch):
@@ -37,7 +26,7 @@ def examples(batch):
   weight 0. `weight` is None for a training batch at fixed shapes (every
   example real)."""
   weight = batch.get("weight")
-  if not row_layout.is_rows(batch):
+  if not features.is_rows(batch):
     return batch["label"], weight
   return tf.reshape(batch["label"], [-1]), tf.reshape(weight, [-1])
 
@@ -84,8 +73,8 @@ def make_train_step(model,
 
   Batch: dict with int32 `input_word_ids`, `input_mask`, `input_type_ids`
   [per_replica_batch, seq_length] and `label` [per_replica_batch]; or this
-  replica's shared rows (`row_layout`: the `ROW_INPUTS`, and `label` and
-  `weight` [rows, slots]), whose examples count by their weight, so the
+  replica's shared rows (`features.ROW_INPUTS`, and `label` and `weight`
+  [rows, slots]), whose examples count by their weight, so the
   loss is the same sum over the same examples divided by the global batch.
   """
   variables = model.trainable_variables
@@ -118,7 +107,9 @@ def _forward_backward(model, variables, global_batch_size, loss_scale,
   def forward_backward(batch, dropout_seed):
     with tf.GradientTape() as tape:
       logits = model(
-          encoder_inputs(batch), training=True, dropout_seed=dropout_seed)
+          features.encoder_inputs(batch),
+          training=True,
+          dropout_seed=dropout_seed)
       label, weight = examples(batch)
       per_example = _per_example_loss(logits, label)
       if weight is not None:  # shared rows: empty slots count 0
@@ -220,7 +211,7 @@ def make_eval_step(model, num_classes):
   """
 
   def step(batch):
-    logits = model(encoder_inputs(batch), training=False)
+    logits = model(features.encoder_inputs(batch), training=False)
     label, weight = examples(batch)
     loss = _per_example_loss(logits, label)
     if num_classes == 1:
@@ -256,8 +247,8 @@ def make_predict_step(model, regression=False):
   """Returns step(features) -> probabilities [batch, num_classes] float32
   (regression: the scores [batch])."""
 
-  def step(features):
-    logits = model(encoder_inputs(features), training=False)
+  def step(batch):
+    logits = model(features.encoder_inputs(batch), training=False)
     return logits[:, 0] if regression else tf.nn.softmax(logits, axis=-1)
 
   return step
