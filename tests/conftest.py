@@ -45,10 +45,11 @@ from trainer.foundation import tasks  # noqa: E402
 from trainer.runtime import host  # noqa: E402
 from trainer.training import inputs  # noqa: E402
 
-# The files that take most of the suite's CPU (measured: benchmarks/RESULTS.md,
-# "Test suite"), heaviest first. pytest-xdist (--dist=loadfile) hands files
-# out in collection order, so these go first and the light files fill the
-# tail: neither worker waits idle at the end behind a heavy file.
+# The files that take most of the suite's CPU (measured:
+# benchmarks/results/ci_history.md), heaviest first. pytest-xdist
+# (--dist=loadfile) hands files out in collection order, so these go first
+# and the light files fill the tail: neither worker waits idle at the end
+# behind a heavy file.
 HEAVY_FIRST = ("train_lib_test", "benchmarks_test", "huggingface_test",
                "main_test", "train_step_test", "precision_test", "export_test",
                "distribute_test", "hf_import_test")
