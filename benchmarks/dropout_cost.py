@@ -55,7 +55,7 @@ def _batches(preprocessor, seq_length, rows):
 def _ms_per_step(loaded, precision, keyed, batch, repeats):
   """ms a step of the rebuilt encoder (Philox or keyed masks), or with
   `keyed` None of the loaded SavedModel graph (float32, Philox)."""
-  encoder = loaded if keyed is None else native.NativeEncoder(
+  encoder = loaded if keyed is None else native.NativeEncoder.load(
       loaded, precision, hashed_dropout=keyed)
   model = classifier.Classifier(encoder, 2)
   inputs = features.encoder_inputs(batch)

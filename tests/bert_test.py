@@ -85,7 +85,7 @@ def test_hashed_keep_mask_keeps_the_rate_and_varies_with_the_seed():
 def test_native_encoder_dropout_is_reproducible_from_its_state(demo_paths):
   """Hashed masks come from the generator state, which checkpoints carry:
   the same state gives the same masks, the next call new ones."""
-  encoder = native.NativeEncoder(
+  encoder = native.NativeEncoder.load(
       hub.load(demo_paths["encoder"]), hashed_dropout=True)
   inputs = dict(
       input_word_ids=tf.constant([[2, 40, 41, 42, 3, 0]] * 2),
@@ -132,7 +132,7 @@ def test_shared_rows_give_each_example_its_own_logits(demo_paths, pooling):
   rounding."""
   preprocessor = hub.load(demo_paths["preprocessor"])
   model = classifier.Classifier(
-      native.NativeEncoder(hub.load(demo_paths["encoder"])),
+      native.NativeEncoder.load(hub.load(demo_paths["encoder"])),
       3,
       seed=1,
       pooling=pooling)
@@ -157,7 +157,7 @@ def test_an_example_draws_its_dropout_masks_in_shared_rows(
   pairs, with XLA too; the masks are drawn (the logits are not
   inference's) and the next call draws new ones."""
   preprocessor = hub.load(demo_paths["preprocessor"])
-  rebuilt = native.NativeEncoder(
+  rebuilt = native.NativeEncoder.load(
       hub.load(demo_paths["encoder"]), hashed_dropout=True)
   model = classifier.Classifier(rebuilt, 3, seed=1, pooling=pooling)
   state = rebuilt.encoder.dropout_rng.state.numpy()
@@ -250,7 +250,7 @@ def test_a_converted_checkpoint_in_shared_rows_trains_as_fixed_shapes(
   the weights of three fixed-shape steps, with dropout off and on (an
   example draws its masks wherever it lies)."""
   preprocessor = hub.load(os.path.join(minilm, "preprocessor"))
-  rebuilt = native.NativeEncoder(hub.load(os.path.join(minilm, "encoder")))
+  rebuilt = native.NativeEncoder.load(hub.load(os.path.join(minilm, "encoder")))
   model = classifier.Classifier(rebuilt, 2, seed=2)
   fixed, shared, rows = _shared_and_fixed(model, preprocessor,
                                           tf.constant(TWEETS), 48, (8,))
@@ -272,7 +272,7 @@ def test_the_demo_encoder_in_shared_rows_trains_as_fixed_shapes(demo_paths):
   texts) give the weights of three fixed-shape steps, which are not the
   weights of three steps without dropout (the masks were drawn)."""
   preprocessor = hub.load(demo_paths["preprocessor"])
-  rebuilt = native.NativeEncoder(hub.load(demo_paths["encoder"]))
+  rebuilt = native.NativeEncoder.load(hub.load(demo_paths["encoder"]))
   first, second = _three_steps(rebuilt, preprocessor, SINGLES, 32, (4,), 0.1)
   for a, b in zip(first, second):
     np.testing.assert_allclose(b, a, atol=1e-5)

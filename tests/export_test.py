@@ -275,7 +275,8 @@ def test_the_shared_rows_signature_serves_as_serving_default(
   either pooling; it is the signature `load_serving` (predict, evaluate)
   picks."""
   preprocessor = tf.saved_model.load(demo_paths["preprocessor"])
-  encoder = native.NativeEncoder(tf.saved_model.load(demo_paths["encoder"]))
+  encoder = native.NativeEncoder.load(
+      tf.saved_model.load(demo_paths["encoder"]))
   for pooling, pairs in (("cls", False), ("cls", True), ("mean", False)):
     model = classifier.Classifier(encoder, 2, seed=5, pooling=pooling)
     task = tasks.Task(

@@ -215,7 +215,7 @@ def encoder_copy(source, **changes):
   copy = bert.BertEncoder(config)
   for mine, theirs in zip(copy.variables, source.encoder.variables):
     mine.assign(theirs)
-  return native.NativeEncoder.around(copy, hashed_dropout=True)
+  return native.NativeEncoder(copy, hashed_dropout=True)
 
 
 def without_dropout(source):

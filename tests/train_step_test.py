@@ -174,7 +174,8 @@ def _float16_step(strategy, demo_paths, initial_scale, growth_interval=2000):
   """The demo classifier with float16 matmuls, AdamW and a LossScale; the
   distributed step and the pieces a test inspects."""
   with strategy.scope():
-    encoder = native.NativeEncoder(hub.load(demo_paths["encoder"]), "float16")
+    encoder = native.NativeEncoder.load(
+        hub.load(demo_paths["encoder"]), "float16")
     model = model_lib.Classifier(encoder, 2, dropout_rate=0.0, seed=3)
     opt = optimization.AdamW(model.trainable_variables,
                              optimization.WarmupLinearDecay(1e-3, 10, 0))
@@ -250,7 +251,8 @@ def test_float16_gradients_unscaled_follow_float32(demo_paths,
   weights = {}
   for precision in ("float32", "float16"):
     with one_device.scope():
-      encoder = native.NativeEncoder(hub.load(no_dropout_encoder), precision)
+      encoder = native.NativeEncoder.load(
+          hub.load(no_dropout_encoder), precision)
       model = model_lib.Classifier(encoder, 2, dropout_rate=0.0, seed=3)
       opt = optimization.AdamW(model.trainable_variables,
                                optimization.WarmupLinearDecay(1e-3, 10, 0))
@@ -478,7 +480,7 @@ def _training(strategy, encoder_path, split, packer, spe, rows):
   with strategy.scope():
     encoder = hub.load(encoder_path)
     if rows:
-      encoder = native.NativeEncoder(encoder)
+      encoder = native.NativeEncoder.load(encoder)
     model = model_lib.Classifier(encoder, 2, dropout_rate=0.0, seed=3)
     opt = optimization.AdamW(model.trainable_variables,
                              optimization.WarmupLinearDecay(1e-3, 2 * spe, 2))
@@ -521,7 +523,7 @@ def test_shared_rows_train_the_weights_of_fixed_shapes(tmp_path, demo_paths,
     np.testing.assert_allclose(a, b, atol=1e-5)
   with two.scope():
     model = model_lib.Classifier(
-        native.NativeEncoder(hub.load(no_dropout_encoder)), 2, seed=3)
+        native.NativeEncoder.load(hub.load(no_dropout_encoder)), 2, seed=3)
   scores = []
   for rows in (None, (2,)):
     eval_loop = train_step.make_eval_loop(two,

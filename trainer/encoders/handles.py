@@ -220,9 +220,9 @@ def rebuilt(loaded, handle):
   if isinstance(loaded, native.NativeEncoder):
     return loaded
   if native.saved_config(loaded) is not None:
-    return native.NativeEncoder(loaded)
+    return native.NativeEncoder.load(loaded)
   encoder = garden.rebuild(loaded, handle)
-  return None if encoder is None else native.NativeEncoder.around(encoder)
+  return None if encoder is None else native.NativeEncoder(encoder)
 
 
 def prepare_encoder(encoder, route, strategy):
@@ -239,7 +239,7 @@ def prepare_encoder(encoder, route, strategy):
     encoder.hashed_dropout = route.hashed_dropout
   elif route.rebuild:
     with strategy.scope():
-      encoder = native.NativeEncoder(
+      encoder = native.NativeEncoder.load(
           encoder, route.compute_dtype, hashed_dropout=route.hashed_dropout)
   if route.onednn_rewrite:
     tf.config.optimizer.set_experimental_options(

@@ -3,10 +3,10 @@
 `save_encoder` writes a `bert.BertEncoder` in the TF Hub encoder format
 (callable with `(inputs, training=...)`, the Reusable SavedModel
 attributes, `get_config_json`); `saved_config` reads the config back, and
-`NativeEncoder` rebuilds the Python encoder around a loaded one's values, so
-training runs the Python code (bfloat16 matmuls, XLA, dropout keyed by
-example, shared rows) while checkpoints and exports keep the loaded
-object's layout.
+`NativeEncoder.load` rebuilds the Python encoder around a loaded one's
+values, so training runs the Python code (bfloat16 matmuls, XLA, dropout
+keyed by example, shared rows) while checkpoints and exports keep the
+loaded object's layout.
 """
 
 import json
@@ -100,75 +100,74 @@ def saved_config(loaded):
 
 
 class NativeEncoder(tf.__internal__.tracking.AutoTrackable):
-  """A loaded encoder of this project's format, rebuilt as Python code.
+  """A `bert.BertEncoder` with the attributes of a loaded TF Hub encoder.
 
   A SavedModel's concrete functions are fixed float32 graphs, and XLA cannot
   compile the gradient of a loaded function without recompiling at every
   step (BUILD_NOTES.md, "XLA on CPU/GPU"), and their dropout masks are
   drawn per element of whatever layout they get. So the trainer always
   rebuilds the Python `BertEncoder` (bfloat16 matmuls, XLA, masks keyed by
-  example, shared rows) from the saved config and copies the loaded values
-  in (create it under the strategy scope, like the loaded one). Its
-  attributes mirror the loaded object's (`encoder`, `variables`,
-  `trainable_variables` in the same order), so checkpoints written either
-  way restore into the other, and an export rebuilt from the SavedModel
-  reads them.
+  example, shared rows): `load` rebuilds one of this project's saved
+  encoders from its saved config with the loaded values copied in, and a
+  Model Garden BERT rebuilt elsewhere (`garden.rebuild`) is wrapped as it
+  is. Its attributes mirror a loaded object's (`encoder`, `variables`,
+  `trainable_variables`), so checkpoints written either way restore into
+  the other, and an export rebuilt from the SavedModel reads them.
 
   Args:
-    loaded: the `hub.load`ed encoder (it must have `get_config_json`).
+    encoder: the `bert.BertEncoder` that computes.
+    variables: its variables in the order a checkpoint lists them (the
+      loaded object's for `load`; default the encoder's own).
+    trainable_variables: likewise.
     compute_dtype: "float32" (the saved graph's math, bit for bit) or
       "bfloat16" / "float16" (matmuls in that dtype; see `bert._matmul`).
     hashed_dropout: draw dropout masks keyed by example (`dropout`).
   """
 
-  def __init__(self, loaded, compute_dtype="float32", hashed_dropout=False):
+  def __init__(self,
+               encoder,
+               variables=None,
+               trainable_variables=None,
+               compute_dtype="float32",
+               hashed_dropout=False):
+    self.encoder = encoder
+    self.variables = list(encoder.variables if variables is None else variables)
+    self.trainable_variables = list(
+        encoder.trainable_variables if trainable_variables is
+        None else trainable_variables)
+    self.compute_dtype = compute_dtype
+    self.hashed_dropout = hashed_dropout
+    self.regularization_losses = []
+
+  @classmethod
+  def load(cls, loaded, compute_dtype="float32", hashed_dropout=False):
+    """This project's `hub.load`ed encoder (it has `get_config_json`)
+    rebuilt as Python code, the loaded values copied in (create it where
+    the loaded one's variables belong: under the strategy's scope), its
+    variables listed in the loaded object's order.
+
+    Raises:
+      ValueError: not an encoder `save_encoder` wrote, or its variables do
+        not match its config.
+    """
     config = saved_config(loaded)
     if config is None:
       raise ValueError(
           "not an encoder saved by trainer.encoders.native.save_encoder")
-    self.compute_dtype = compute_dtype
-    self.hashed_dropout = hashed_dropout
-    self.encoder = bert.BertEncoder(config)
-    own = {v.name: v for v in self.encoder.variables}
+    encoder = bert.BertEncoder(config)
+    own = {v.name: v for v in encoder.variables}
     if sorted(own) != sorted(v.name for v in loaded.variables):
       raise ValueError("the saved encoder's variables do not match its "
                        "config")
     for v in loaded.variables:
       own[v.name].assign(v)
     # Dropout's random state, so the first masks equal a saved-graph run's.
-    saved_rng = getattr(getattr(loaded, "encoder", None), "dropout_rng", None)
-    state = getattr(saved_rng, "_state_var", None)
+    state = _saved_dropout_state(loaded)
     if state is not None:
-      self.encoder.dropout_rng.state.assign(state)
-    self.variables = [own[v.name] for v in loaded.variables]
-    self.trainable_variables = [own[v.name] for v in loaded.trainable_variables]
-    self.regularization_losses = []
-
-  @classmethod
-  def around(cls, encoder, compute_dtype="float32", hashed_dropout=False):
-    """A `BertEncoder` built elsewhere (a Model Garden encoder rebuilt,
-    `garden.rebuild`) as a NativeEncoder: its variables in its own order
-    (a run that trains it checkpoints them so; `trainer.export` rebuilds
-    it the same way, from config.json's `shared_rows`)."""
-    return cls._view(encoder, encoder.variables, encoder.trainable_variables,
-                     compute_dtype, hashed_dropout)
-
-  @classmethod
-  def _view(cls,
-            encoder,
-            variables,
-            trainable_variables,
-            compute_dtype="float32",
-            hashed_dropout=False):
-    """A NativeEncoder around `encoder` with these variable lists, built
-    without a loaded object."""
-    native = cls.__new__(cls)
-    native.compute_dtype, native.hashed_dropout = compute_dtype, hashed_dropout
-    native.encoder = encoder
-    native.variables = list(variables)
-    native.trainable_variables = list(trainable_variables)
-    native.regularization_losses = []
-    return native
+      encoder.dropout_rng.state.assign(state)
+    return cls(encoder, [own[v.name] for v in loaded.variables],
+               [own[v.name] for v in loaded.trainable_variables], compute_dtype,
+               hashed_dropout)
 
   def __call__(self, inputs, training=False):
     return self.encoder(
@@ -182,7 +181,7 @@ class NativeEncoder(tf.__internal__.tracking.AutoTrackable):
     dropout Philox: what an export serves. Saved, it is a TF Hub encoder
     again, as `save_encoder` writes one: callable (traced here) and with
     `get_config_json`, so the export's encoder can be rebuilt."""
-    view = self._view(self.encoder, self.variables, self.trainable_variables)
+    view = NativeEncoder(self.encoder, self.variables, self.trainable_variables)
     # In this process `view(...)` still runs the class's `__call__`.
     view.__call__ = _traced(view.__call__, _encoder_spec())
     view.get_config_json = _config_getter(self.encoder.config)
@@ -195,5 +194,16 @@ class NativeEncoder(tf.__internal__.tracking.AutoTrackable):
     with tf.device("/cpu:0"):
       fresh = bert.BertEncoder(self.encoder.config)
     own = {v.name: v for v in fresh.variables}
-    return self._view(fresh, [own[v.name] for v in self.variables],
-                      [own[v.name] for v in self.trainable_variables])
+    return NativeEncoder(fresh, [own[v.name] for v in self.variables],
+                         [own[v.name] for v in self.trainable_variables])
+
+
+def _saved_dropout_state(loaded):
+  """The dropout generator's state variable of a loaded encoder, or None:
+  the restored generator is a plain trackable, its state a checkpoint
+  dependency (`tf.train.TrackableView`) under the name a
+  `tf.random.Generator` saves it by."""
+  saved_rng = getattr(getattr(loaded, "encoder", None), "dropout_rng", None)
+  if saved_rng is None:
+    return None
+  return tf.train.TrackableView(saved_rng).children(saved_rng).get("_state_var")

@@ -2,13 +2,7 @@ r"""Evaluate an exported model (or a checkpoint) on any data the trainer reads.
 
 `evaluate(config, export_dir=... or model_dir=...)` (`trainer.evaluate` in
 Python) scores and returns the metrics; `python -m trainer.evaluate`
-prints them:
-
-    python -m trainer.evaluate --export_dir=DIR --input_file=test.csv
-    python -m trainer.evaluate --export_dir=DIR --tfds_name=sentiment140 \
-        --split=test
-    python -m trainer.evaluate --model_dir=RUN [--checkpoint=PATH] \
-        --split=validation --output_file=metrics.json --tensorboard_dir=TB
+prints them (its usage: trainer/commands/evaluate.py).
 
 `--input_file` scores every row of one labelled file (CSV or TSV, such as
 Sentiment140's CSV; the trainer's `--text_column`, `--label_column`,

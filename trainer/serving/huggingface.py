@@ -114,7 +114,7 @@ def bert_encoder(loaded, handle):
   if isinstance(loaded, native.NativeEncoder):  # a shared-rows run's, rebuilt
     return loaded.encoder
   if native.saved_config(loaded) is not None:
-    return native.NativeEncoder(loaded).encoder
+    return native.NativeEncoder.load(loaded).encoder
   encoder = garden_encoder(loaded, handle)
   if encoder is None:
     sample = next((v.name for v in loaded.trainable_variables), "none")

@@ -1,18 +1,8 @@
 r"""Predict with an exported model: raw text in, classes and probabilities out.
 
 `predict(export_dir, ...)` (`trainer.predict` in Python) yields one row per
-text, streamed; `python -m trainer.predict` writes them:
-
-    python -m trainer.predict --export_dir=DIR --text="what a day" --text=...
-    python -m trainer.predict --export_dir=DIR --input_file=tweets.txt \
-        --output_file=predictions.jsonl
-
-    python -m trainer.predict --export_dir=PAIR_EXPORT \
-        --text="The cat sat." --text_pair="A cat was sitting."
-    python -m trainer.predict --export_dir=PAIR_EXPORT \
-        --input_file=dev.tsv --text_column=sentence1,sentence2 --quoting=none
-    python -m trainer.predict --export_dir=MRPC_EXPORT --tfds_name=glue/mrpc \
-        --split=test --output_file=mrpc_test.jsonl
+text, streamed; `python -m trainer.predict` writes them (its usage:
+trainer/commands/predict.py).
 
 `--tfds_name` predicts every row of a TFDS split (`--split`, default test:
 GLUE's, whose labels are hidden), its text fields from `--text_key` or the

@@ -1,7 +1,8 @@
 """A run's data resolved: its splits, their row counts, its batch layout.
 
-`splits_and_counts` reads the splits the flags name (the demo's text set
-built if needed) and counts their rows once (cached in the run folder);
+`resolve_data` resolves it all into a `RunData`: `splits_and_counts` reads
+the splits the flags name (the demo's text set built if needed) and counts
+their rows once (cached in the run folder);
 `rows_encoder` decides whether the encoder takes shared rows;
 `resolve_layout` turns --seq_buckets and --shared_rows into the run's
 `Layout` (`resolve_buckets`: the bucket lengths, `auto` chosen from the
@@ -9,10 +10,13 @@ measured lengths of the training split, also cached; `resolve_rows`: the
 row counts); `shuffle` is how a resumed run's epochs are shuffled.
 """
 
+import dataclasses
+
 from absl import logging
 
 from trainer.data import counts as counts_lib
 from trainer.data import input_pipeline
+from trainer.data import preprocessing
 from trainer.data import splits as splits_lib
 from trainer.encoders import demo
 from trainer.encoders import handles
@@ -158,6 +162,33 @@ def resolve_rows(c, split, packer, out, saved, multiple):
   logging.info("Shared rows (--shared_rows=auto): %s",
                shared_rows.describe(histogram, ladder, c.batch_size))
   return ladder
+
+
+@dataclasses.dataclass(frozen=True)
+class RunData:
+  """A run's data resolved: its splits and their row counts (`counts.
+  count` records), the packer of its texts, its batch `Layout`, and how
+  its epochs are shuffled (`inputs.shuffle`)."""
+
+  splits: dict
+  counts: dict
+  packer: object
+  layout: layout_lib.Layout
+  shuffle: str
+
+
+def resolve_data(c, task, out, saved, preprocessor, shuffle, replicas, rebuilt):
+  """The run's `RunData`: its splits read and counted (`splits_and_counts`),
+  checked against the record of the run resumed (config.json `saved`), its
+  packer, and its `Layout` (`resolve_layout`; `rebuilt`: the encoder takes
+  shared rows)."""
+  splits, counts = splits_and_counts(c, task, out)
+  counts_lib.check_same_data((saved or {}).get("data"), counts, c.model_dir)
+  packer = preprocessing.make_packer(preprocessor, c.seq_length)
+  layout = resolve_layout(c, splits["train"], packer,
+                          counts["train"]["rows_used"], out, saved, replicas,
+                          rebuilt)
+  return RunData(splits, counts, packer, layout, shuffle)
 
 
 def resolve_layout(c, split, packer, rows_used, out, saved, replicas, rebuilt):

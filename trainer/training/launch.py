@@ -19,7 +19,6 @@ import tensorflow as tf
 
 from trainer.data import counts as counts_lib
 from trainer.data import input_pipeline
-from trainer.data import preprocessing
 from trainer.foundation import checks
 from trainer.foundation import config as config_lib
 from trainer.foundation import errors
@@ -75,19 +74,6 @@ class Run:
         self.lock = None
 
 
-@dataclasses.dataclass(frozen=True)
-class RunData:
-  """A run's data resolved: its splits and their row counts (`counts.
-  count` records), the packer of its texts, its batch `Layout`, and how
-  its epochs are shuffled (`inputs.shuffle`)."""
-
-  splits: dict
-  counts: dict
-  packer: object
-  layout: layout_lib.Layout
-  shuffle: str
-
-
 @dataclasses.dataclass
 class Job:
   """A run set up: what its loops (`controller.train`) and its end
@@ -102,7 +88,7 @@ class Job:
   """
 
   run: Run
-  data: RunData
+  data: inputs.RunData
   plan: plan_lib.Plan
   state: train_state.TrainState
   trainer: object
@@ -333,27 +319,14 @@ def _actions(c, task, run, plan, state, evaluator, signals):
   return train_actions, evaluations, best, stop, closing
 
 
-def _data(run, saved, strategy, preprocessor, shuffle, rebuilt):
-  """The run's `RunData`: its data read and checked against the run's
-  record, and how its batches are laid out (`rebuilt`: the encoder takes
-  shared rows)."""
-  c = run.config
-  splits, counts = inputs.splits_and_counts(c, run.task, run.out)
-  counts_lib.check_same_data((saved or {}).get("data"), counts, c.model_dir)
-  packer = preprocessing.make_packer(preprocessor, c.seq_length)
-  layout = inputs.resolve_layout(c, splits["train"], packer,
-                                 counts["train"]["rows_used"], run.out, saved,
-                                 strategy.num_replicas_in_sync, rebuilt)
-  return RunData(splits, counts, packer, layout, shuffle)
-
-
 def _build(run, strategy, signals):
   """The rest of `setup`, once the run's folder is this process's."""
   saved, run.config, shuffle = _resumed(run.config, run.shared)
   c, task = run.config, run.task
   preprocessor, encoder, route, rebuilt = encoder_setup.load_model(
       c, task, strategy, saved)
-  data = _data(run, saved, strategy, preprocessor, shuffle, rebuilt)
+  data = inputs.resolve_data(c, run.task, run.out, saved, preprocessor, shuffle,
+                             strategy.num_replicas_in_sync, rebuilt)
   plan = _plan(c, data.counts["train"]["rows_used"],
                data.layout.steps_per_epoch)
   logging.info(
