@@ -99,8 +99,7 @@ def tokenized(texts_file, vocab, seq_length):
   import transformers  # pylint: disable=g-import-not-at-top
   with open(texts_file, encoding="utf-8") as f:
     data = json.load(f)
-  tokenizer = transformers.BertTokenizerFast(
-      vocab_file=vocab, do_lower_case=True)
+  tokenizer = wordpiece_tokenizer(transformers, vocab)
   texts = data["texts"]
   if texts and isinstance(texts[0], list):
     encoded = tokenizer([a for a, _ in texts], [b for _, b in texts],
@@ -112,6 +111,14 @@ def tokenized(texts_file, vocab, seq_length):
   for row, label in zip(rows, data["labels"]):
     row["labels"] = label
   return tokenizer, rows
+
+
+def wordpiece_tokenizer(transformers, vocab):
+  """A lower-casing BertTokenizerFast over the vocab file `vocab` (one
+  token a line, its id the line's number)."""
+  # Positional: transformers 4 names it vocab_file, 5 vocab (and ignores a
+  # vocab_file keyword: five special tokens, every word [UNK]).
+  return transformers.BertTokenizerFast(vocab, do_lower_case=True)
 
 
 class _CountingCollator:

@@ -19,6 +19,7 @@ from trainer.foundation import shared_rows
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import failure_drills  # noqa: E402
+import hf_contenders  # noqa: E402
 import packing_bound  # noqa: E402
 import profile_ops  # noqa: E402
 import train_throughput  # noqa: E402
@@ -282,6 +283,37 @@ def test_the_race_figures_against_hugging_face(capsys):
       "= 0.62x",
   ]
   assert [line for line in expected if line not in printed] == []
+
+
+def test_hugging_face_contenders_tokenize_as_the_trainer(demo_paths, tmp_path):
+  """The same ids as the trainer's preprocessor over the same vocab file,
+  for single texts (truncated alike) and for pairs that need no trimming
+  (the trainer trims a pair round-robin, transformers longest first)."""
+  pytest.importorskip(
+      "transformers",
+      reason="transformers is not installed: pip install -e '.[bench]'")
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from trainer.data import preprocessing  # pylint: disable=g-import-not-at-top
+  vocab = os.path.join(demo_paths["preprocessor"], "assets", "vocab.txt")
+  seq = 32
+  pack = preprocessing.make_packer(
+      tf.saved_model.load(demo_paths["preprocessor"]), seq)
+  singles = ["An AMAZING film, again!", "@xyz so sad... 42", "a " * 40]
+  pairs = [["hello world", "good movie"], ["The Dog sat.", "a cat, ran!"]]
+  for texts in (singles, pairs):
+    path = tmp_path / "texts.json"
+    path.write_text(json.dumps(dict(texts=texts, labels=[1] * len(texts))))
+    _, rows = hf_contenders.tokenized(str(path), vocab, seq)
+    want = pack(tf.constant(texts))
+    for i, row in enumerate(rows):
+      length = want["input_mask"][i].numpy().sum()
+      assert row["input_ids"] == want["input_word_ids"][i][:length].numpy(
+      ).tolist()
+      assert row["token_type_ids"] == want["input_type_ids"][i][:length].numpy(
+      ).tolist()
+      assert row["labels"] == 1
+    if texts is singles:
+      assert [len(row["input_ids"]) for row in rows] == [12, 13, seq]
 
 
 # The Hugging Face contenders' batchings (the bfloat16 one shows autocast
