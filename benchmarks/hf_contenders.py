@@ -36,7 +36,6 @@ imports none of them until a contender is built, and no TensorFlow.
 import json
 import os
 import queue
-import sys
 import tempfile
 import threading
 import time
@@ -233,9 +232,10 @@ class HfTrainerContender:
     self.chunk = max(1, -(-steps // args.rounds))
     self.tokens = (None, None)  # measured on the timed batches instead
     optim = getattr(training_args.optim, "value", training_args.optim)
-    self.note = (f"{type(model).__name__}, attention "
-                 f"{model.config._attn_implementation}, optimizer {optim}, "
-                 f"{self.threads} torch threads, "
+    self.note = (f"transformers {transformers.__version__} Trainer, torch "
+                 f"{torch.__version__} on {self.threads} threads, "
+                 f"{type(model).__name__} (attention "
+                 f"{model.config._attn_implementation}), {optim}, "
                  f"{len(rows)} rows, {steps_per_epoch} steps an epoch, "
                  f"chunks of {self.chunk} steps")
     self.thread = None
@@ -263,7 +263,6 @@ class HfTrainerContender:
     return seconds, steps
 
   def warm_up(self):
-    print(self.note, file=sys.stderr, flush=True)
     self._chunk(1)
 
   def run(self, steps):

@@ -115,7 +115,8 @@ def worker(args):
               ready=True,
               real_tokens=real,
               padded_tokens=padded,
-              buckets=buckets)),
+              buckets=buckets,
+              note=getattr(contender, "note", None))),
       flush=True)
   for line in sys.stdin:
     if line.strip() != "run":
@@ -215,6 +216,7 @@ class Worker:
     ready = self._read()
     self.tokens = (ready.get("real_tokens"), ready.get("padded_tokens"))
     self.buckets = ready.get("buckets")
+    self.note = ready.get("note")
     return ready
 
   def run_once(self):
@@ -288,7 +290,8 @@ def race(args, size, paths, contenders):
               real_tokens=tokens[w.name][0] or real,
               padded_tokens=tokens[w.name][1],
               buckets=w.buckets,
-              traces=w.traces) for w in workers
+              traces=w.traces,
+              note=w.note) for w in workers
   }
 
 
@@ -633,6 +636,8 @@ def report(results):
   report_vs_hf(results["vs_hf"])
   for size, raced in results["contenders"].items():
     for name, info in raced.items():
+      if info.get("note"):
+        print(f"{size}: {name}: {info['note']}")
       if info["traces"] is not None and len(info["buckets"]) > 1:
         what = "row counts" if "shared_rows" in name else "buckets"
         print(f"{size}: {name} {what} {info['buckets']}, its train loop "

@@ -247,6 +247,7 @@ def test_the_race_figures_against_hugging_face(capsys):
       hf_max_length=_raced(50.0, 128),
       hf_dynamic_bf16=_raced(150.0, 40),
       hf_group_by_length_bf16=_raced(240.0, 25))
+  raced["hf_dynamic"]["note"] = "transformers 5 Trainer, torch on 2 threads"
   config = dict(hidden_size=8, num_layers=2, intermediate_size=32)
   train_throughput.add_figures(results, "demo", raced, config, 128, 32)
   assert results["best_peer"]["demo"] == "hf_group_by_length"
@@ -281,6 +282,7 @@ def test_the_race_figures_against_hugging_face(capsys):
       "demo: trainer_best / best float32 peer (hf_group_by_length) = 0.50x",
       "demo: trainer_bf16 / best bfloat16 peer (hf_group_by_length_bf16) "
       "= 0.62x",
+      "demo: hf_dynamic: transformers 5 Trainer, torch on 2 threads",
   ]
   assert [line for line in expected if line not in printed] == []
 
@@ -354,6 +356,10 @@ def test_train_throughput_quick_mode_hugging_face(tmp_path):
     info = results["contenders"]["demo"][name]
     assert 0 < info["real_tokens"] <= info["padded_tokens"] < seq
   assert "| demo | hf_dynamic_bf16 | bfloat16 |" in result.stdout
+  # What it ran, in the report: torch on every core.
+  assert f"on {os.cpu_count()} threads" in results["contenders"]["demo"][
+      "hf_dynamic"]["note"]
+  assert "demo: hf_dynamic: transformers " in result.stdout
 
 
 def test_profile_ops_without_a_trace_is_a_clear_error(tmp_path, capsys):
