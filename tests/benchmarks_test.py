@@ -332,7 +332,8 @@ def test_train_throughput_quick_mode_hugging_face(tmp_path):
   ]
   if missing:
     pytest.skip(f"{', '.join(missing)} not installed: the Hugging Face "
-                "contenders need them (pip install -e '.[bench]')")
+                "contenders need torch, transformers and accelerate "
+                "(pip install -e '.[bench]')")
   output = tmp_path / "results.json"
   result = run_process([
       sys.executable,
