@@ -14,7 +14,7 @@ wait between chunks.
                       longest example)
   hf_group_by_length  the same with the LengthGroupedSampler
                       (`group_by_length`: batches of similar lengths, in
-                      mega-batches of 50 batches each sorted longest first)
+                      mega-batches of up to 50 batches, each longest first)
   hf_max_length       every batch padded to --seq_length
   ..._bf16            the same with `bf16=True`: on the CPU, the Trainer runs
                       the forward under torch.autocast("cpu", bfloat16)
