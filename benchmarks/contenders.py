@@ -32,11 +32,28 @@ SIZES = {
 CONTENDERS = ("trainer_best", "trainer_loop1", "trainer_naive", "trainer_bf16",
               "trainer_bucketed", "trainer_bucketed_bf16",
               "trainer_shared_rows", "trainer_shared_rows_bf16", "keras_recipe",
-              "keras_recipe_spe", "keras_hub", "keras_hub_bf16")
+              "keras_recipe_spe", "keras_hub", "keras_hub_bf16", "hf_dynamic",
+              "hf_group_by_length", "hf_max_length", "hf_dynamic_bf16",
+              "hf_group_by_length_bf16")
 # Raced only when asked for (--contenders): float16 is for GPUs; on a CPU
-# it is emulated, and says nothing about speed.
-OPTIONAL = ("trainer_fp16", "keras_hub_fp16")
-PEERS = ("keras_recipe", "keras_recipe_spe", "keras_hub")  # float32 peers
+# it is emulated, and says nothing about speed. hf_max_length_bf16 adds
+# little: padding to full length is slow in either precision.
+OPTIONAL = ("trainer_fp16", "keras_hub_fp16", "hf_max_length_bf16")
+# The Hugging Face Trainer's batchings (benchmarks/hf_contenders.py), in
+# float32; each has a bfloat16 twin.
+HF = ("hf_dynamic", "hf_group_by_length", "hf_max_length")
+# "vs best peer" is against the fastest of these (float32), the bfloat16
+# figures against the fastest of BF16_PEERS.
+PEERS = ("keras_recipe", "keras_recipe_spe", "keras_hub") + HF
+BF16_PEERS = ("keras_hub_bf16",) + tuple(f"{name}_bf16" for name in HF)
+# The trainer's layouts, each raced against the HF batchings in its
+# precision: its bfloat16 twin against theirs.
+LAYOUTS = ("trainer_best", "trainer_bucketed", "trainer_shared_rows")
+BF16_TWINS = dict(
+    trainer_best="trainer_bf16",
+    trainer_bucketed="trainer_bucketed_bf16",
+    trainer_shared_rows="trainer_shared_rows_bf16",
+    **{name: f"{name}_bf16" for name in HF})
 # The precision each contender computes in (for the matmul rate of its MFU).
 PRECISION = dict(
     trainer_bf16="bfloat16",
@@ -44,7 +61,8 @@ PRECISION = dict(
     trainer_shared_rows_bf16="bfloat16",
     keras_hub_bf16="bfloat16",
     trainer_fp16="float16",
-    keras_hub_fp16="float16")
+    keras_hub_fp16="float16",
+    **{name: "bfloat16" for name in BF16_PEERS[1:]})
 
 
 def _minilm_vocab():
@@ -140,6 +158,45 @@ MRPC_FLAGS = dict(
     text_column="#1 String,#2 String",
     label_column="Quality",
     label_map="")
+
+
+def write_train_texts(workdir, args):
+  """Writes the rows the trainer contenders train on (`--data`: the file,
+  its columns and the validation carve of `TrainerContender`'s flags) to a
+  JSON file, {"texts": [a string, or a pair's two], "labels": [int]}, for
+  the contenders that run without TensorFlow; returns its path."""
+  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  from trainer.data import input_pipeline
+  from trainer.data import splits
+  from trainer.foundation import checks
+  from trainer.foundation import config as config_lib
+  from trainer.foundation import tasks
+  # pylint: enable=g-import-not-at-top
+  data = dict(train_file=args.csv)
+  if args.data == "mrpc":
+    data = dict(MRPC_FLAGS, train_file=MRPC)
+  c = checks.validate(
+      config_lib.Config(
+          encoder_handle="demo",
+          preprocessor_handle="demo",
+          validation_fraction=0.01,
+          **data))
+  split = splits.make_splits(tasks.resolve(c), splits.from_flags(c))["train"]
+  texts, labels = [], []
+  for text, label in input_pipeline.usable_rows(split):
+    text = np.asarray(text.numpy())
+    texts.append(text.item().decode("utf-8") if text.ndim ==
+                 0 else [t.decode("utf-8") for t in text])
+    labels.append(int(label))
+  name = os.path.basename(data["train_file"])
+  path = os.path.join(workdir, f"train_texts_{name}.json")
+  # Written aside and renamed: a race running beside never reads half.
+  with tempfile.NamedTemporaryFile(
+      "w", dir=workdir, suffix=".json", delete=False, encoding="utf-8") as f:
+    json.dump(dict(texts=texts, labels=labels), f)
+  os.replace(f.name, path)
+  return path
 
 
 class TrainerContender(_Contender):
@@ -407,6 +464,10 @@ def make_contender(name, args, paths):
     return TrainerContender(args, paths, 1, args.jit_compile)
   if name == "trainer_naive":
     return TrainerContender(args, paths, 1, False)
+  if name.startswith("hf_"):
+    # pylint: disable-next=g-import-not-at-top
+    from benchmarks import hf_contenders
+    return hf_contenders.make(name, args, paths)
   if args.data == "mrpc":
     raise ValueError(f"{name} races on tweets only (--data=sentiment140)")
   if name == "keras_recipe":

@@ -30,17 +30,38 @@ median chunk too, `median_round` in the JSON). The trainer's contenders time
                  its ratio to trainer_best is `bf16_speedup` in the JSON
   keras_hub_bf16 keras_hub under Keras 3's `mixed_bfloat16` policy; the
                  ratio trainer_bf16 / keras_hub_bf16 is `bf16_vs_keras_hub`
+  hf_dynamic     Hugging Face transformers on PyTorch: `transformers.Trainer`
+                 with its default batching (shuffled, each batch padded to
+                 its longest: DataCollatorWithPadding), timed inside its own
+                 loop (benchmarks/hf_contenders.py); like the trainer's
+                 contenders it times --epoch_fraction of an epoch
+  hf_group_by_length  the same with `group_by_length` (LengthGroupedSampler)
+  hf_max_length  the same with every batch padded to --seq_length
+  hf_dynamic_bf16, hf_group_by_length_bf16  the same with `bf16=True`
+                 (torch.autocast on the CPU)
 Only when named in --contenders (float16 is emulated on CPUs):
   trainer_fp16   trainer_best with --precision=float16 (dynamic loss scale)
   keras_hub_fp16 keras_hub under `mixed_float16`
+  hf_max_length_bf16  hf_max_length with `bf16=True`
+
+"vs best peer" is against the fastest float32 peer of the race, TF or HF
+(`best_peer` in the JSON names it); the bfloat16 figures against the
+fastest bfloat16 peer (`best_bf16_peer`). `vs_hf` holds the trainer's
+layouts (fixed, bucketed, shared rows) over each HF batching, bfloat16
+rows over the HF bfloat16 twins. The HF contenders' padding is counted on
+the batches they timed.
 
 Every contender gets the same global batch, sequence length, float32 and
 text (the real tweets in ../shared/data/sentiment140_sample.csv, else
 generated text). The trainer and the recipe load the very same encoder
-SavedModel. Sizes: `demo` (the embedded encoder) and `minilm` (6 layers,
-hidden 384, 12 heads, intermediate 1536: the all-MiniLM-L6 shape).
+SavedModel; keras-hub and Hugging Face build random weights of its shape.
+`--data=mrpc` races the trainer and Hugging Face contenders on MRPC pairs
+(the Keras peers read single texts only). Sizes: `demo` (the embedded
+encoder) and `minilm` (6 layers, hidden 384, 12 heads, intermediate 1536:
+the all-MiniLM-L6 shape).
 
-The contenders live in benchmarks/contenders.py. Also measured: the float32
+The contenders live in benchmarks/contenders.py (the Hugging Face ones in
+benchmarks/hf_contenders.py). Also measured: the float32
 and bfloat16 matmul rates of this machine (model FLOPs utilization, MFU, is
 against the rate of the precision the contender computes in), host input
 throughput per core against what the train step consumes, per-step overhead
@@ -94,19 +115,21 @@ def worker(args):
               ready=True,
               real_tokens=real,
               padded_tokens=padded,
-              buckets=buckets)),
+              buckets=buckets,
+              note=getattr(contender, "note", None))),
       flush=True)
   for line in sys.stdin:
     if line.strip() != "run":
       break
     seconds, steps = contender.run(args.steps)
-    print(
-        json.dumps(
-            dict(
-                examples_per_second=steps * args.batch_size / seconds,
-                steps=steps,
-                seconds=seconds)),
-        flush=True)
+    result = dict(
+        examples_per_second=steps * args.batch_size / seconds,
+        steps=steps,
+        seconds=seconds)
+    if hasattr(contender, "chunk_tokens"):
+      # Counted on the batches it timed (dynamic shapes).
+      result["real_tokens"], result["padded_tokens"] = contender.chunk_tokens()
+    print(json.dumps(result), flush=True)
   rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
   traces = contender.traces() if hasattr(contender, "traces") else None
   print(json.dumps(dict(peak_rss_mib=rss, traces=traces)), flush=True)
@@ -152,6 +175,8 @@ class Worker:
       env["TF_USE_LEGACY_KERAS"] = "1"
     if name == "keras_hub":
       env["KERAS_BACKEND"] = "tensorflow"
+    if name.startswith("hf_"):
+      env["HF_HUB_OFFLINE"] = "1"  # the race builds its models: no hub
     self.name = name
     cmd = [
         sys.executable, __file__, f"--worker={name}",
@@ -173,6 +198,8 @@ class Worker:
     self.rates, self.examples, self.seconds = [], 0, 0.0
     self.error = None
     self.tokens = (None, None)
+    self.counted = [0, 0, 0]  # real and padded tokens of timed examples
+    self.batch_size = args.batch_size
     self.traces = None
 
   def _read(self, timeout=1800):
@@ -189,6 +216,7 @@ class Worker:
     ready = self._read()
     self.tokens = (ready.get("real_tokens"), ready.get("padded_tokens"))
     self.buckets = ready.get("buckets")
+    self.note = ready.get("note")
     return ready
 
   def run_once(self):
@@ -198,7 +226,19 @@ class Worker:
     self.rates.append(result["examples_per_second"])
     self.examples += result["examples_per_second"] * result["seconds"]
     self.seconds += result["seconds"]
+    if "padded_tokens" in result:
+      self.counted[0] += result["real_tokens"]
+      self.counted[1] += result["padded_tokens"]
+      self.counted[2] += result["steps"] * self.batch_size
     return result
+
+  def measured_tokens(self):
+    """(real, padded) tokens an example: counted over the timed batches
+    where the contender counts them, else what it said when ready."""
+    real, padded, examples = self.counted
+    if examples:
+      return real / examples, padded / examples
+    return self.tokens
 
   def close(self):
     if self.proc.poll() is None and not self.error:
@@ -240,16 +280,18 @@ def race(args, size, paths, contenders):
   for w in workers:
     w.close()
   real = next((w.tokens[0] for w in workers if w.tokens[0]), None)
+  tokens = {w.name: w.measured_tokens() for w in workers}
   return {
       w.name:
           dict(
               examples_per_second=w.examples / w.seconds,
               median_round=statistics.median(w.rates),
               seconds=w.seconds,
-              real_tokens=real,
-              padded_tokens=w.tokens[1],
+              real_tokens=tokens[w.name][0] or real,
+              padded_tokens=tokens[w.name][1],
               buckets=w.buckets,
-              traces=w.traces) for w in workers
+              traces=w.traces,
+              note=w.note) for w in workers
   }
 
 
@@ -382,8 +424,12 @@ def _settings(args):
 
 def race_sizes(args, sizes, workdir, results):
   names = args.contenders.split(",")
+  texts = {}
+  if sizes and any(name.startswith("hf_") for name in names):
+    # The Hugging Face workers read them without TensorFlow.
+    texts = dict(texts=contenders.write_train_texts(workdir, args))
   for size in sizes:
-    paths = contenders.build_assets(workdir, size)
+    paths = dict(contenders.build_assets(workdir, size), **texts)
     raced = race(args, size, paths, names)
     add_figures(results, size, raced, paths["config"], args.seq_length,
                 args.batch_size)
@@ -391,8 +437,9 @@ def race_sizes(args, sizes, workdir, results):
 
 # The figures a race gives, each {size: value} (`add_figures`).
 FIGURES = ("examples_per_second", "contenders", "bucketed", "shared_rows",
-           "ratio_vs_best_peer", "mfu", "bf16_speedup", "bf16_vs_keras_hub",
-           "flops_per_example")
+           "ratio_vs_best_peer", "best_peer", "ratio_vs_best_bf16_peer",
+           "best_bf16_peer", "vs_hf", "mfu", "bf16_speedup",
+           "bf16_vs_keras_hub", "flops_per_example")
 
 
 def new_results(machine, settings, matmul_rate_f32, matmul_rate_bf16):
@@ -414,10 +461,22 @@ def add_figures(results, size, raced, config, seq_length, batch_size):
   rates = {k: v["examples_per_second"] for k, v in raced.items()}
   results["examples_per_second"][size] = rates
   results["contenders"][size] = raced
-  peers = [rates[p] for p in contenders.PEERS if p in rates]
+  best = _fastest(rates, contenders.PEERS)
+  best_bf16 = _fastest(rates, contenders.BF16_PEERS)
+  peer = rates[best] if best else None
+  peer_bf16 = rates[best_bf16] if best_bf16 else None
+  if best:
+    results["best_peer"][size] = best
+  if best_bf16:
+    results["best_bf16_peer"][size] = best_bf16
   ours = rates.get("trainer_best")
-  if ours and peers:
-    results["ratio_vs_best_peer"][size] = ours / max(peers)
+  if ours and peer:
+    results["ratio_vs_best_peer"][size] = ours / peer
+  if "trainer_bf16" in rates and peer_bf16:
+    results["ratio_vs_best_bf16_peer"][size] = rates["trainer_bf16"] / peer_bf16
+  vs_hf = _vs_hf(rates)
+  if vs_hf:
+    results["vs_hf"][size] = vs_hf
   flops = training_flops_per_example(config, seq_length)
   results["flops_per_example"][size] = flops
   # A bucketed contender computes at its mean padded length (the S^2 term
@@ -436,9 +495,11 @@ def add_figures(results, size, raced, config, seq_length, batch_size):
       bf16 = rates.get(f"trainer_{kind}_bf16")
       results[kind][size] = dict(
           vs_fixed=rate / ours if ours else None,
-          vs_best_peer=rate / max(peers) if peers else None,
+          vs_best_peer=rate / peer if peer else None,
           bf16_vs_fixed_bf16=bf16 /
-          rates["trainer_bf16"] if bf16 and "trainer_bf16" in rates else None)
+          rates["trainer_bf16"] if bf16 and "trainer_bf16" in rates else None,
+          bf16_vs_best_bf16_peer=bf16 /
+          peer_bf16 if bf16 and peer_bf16 else None)
   if "trainer_bf16" in rates and "keras_hub_bf16" in rates:
     results["bf16_vs_keras_hub"][size] = (
         rates["trainer_bf16"] / rates["keras_hub_bf16"])
@@ -446,6 +507,29 @@ def add_figures(results, size, raced, config, seq_length, batch_size):
     # Per-step host overhead: time per step saved by steps_per_loop.
     results["per_step_overhead_ms"] = 1000 * batch_size * (
         1 / rates["trainer_loop1"] - 1 / ours)
+
+
+def _fastest(rates, names):
+  """The fastest of `names` that raced, or None."""
+  raced = [name for name in names if name in rates]
+  return max(raced, key=rates.get) if raced else None
+
+
+def _vs_hf(rates):
+  """{trainer layout: {HF contender: ratio of their rates}}: each layout
+  against each HF batching in float32, its bfloat16 twin against theirs."""
+  table = {}
+  for layout in contenders.LAYOUTS:
+    for ours, suffix in ((layout, ""), (contenders.BF16_TWINS[layout],
+                                        "_bf16")):
+      ratios = {
+          hf + suffix: rates[ours] / rates[hf + suffix]
+          for hf in contenders.HF
+          if ours in rates and hf + suffix in rates
+      }
+      if ratios:
+        table[ours] = ratios
+  return table
 
 
 def matmul_rate(results, contender):
@@ -549,19 +633,32 @@ def report(results):
       print(f"| {size} | {name} | {precision} | {rate:.1f} | {vs} | "
             f"{tokens} | {padding} | {mfu:.1%} |")
   print()
+  report_vs_hf(results["vs_hf"])
   for size, raced in results["contenders"].items():
     for name, info in raced.items():
+      if info.get("note"):
+        print(f"{size}: {name}: {info['note']}")
       if info["traces"] is not None and len(info["buckets"]) > 1:
         what = "row counts" if "shared_rows" in name else "buckets"
         print(f"{size}: {name} {what} {info['buckets']}, its train loop "
               f"traced {info['traces']} times")
   for kind in ("bucketed", "shared_rows"):
     for size, b in results[kind].items():
-      parts = [(k, v) for k, v in b.items() if v]
-      print(f"{size}: trainer_{kind} " +
-            ", ".join(f"{k.replace('_', ' ')} {v:.2f}x" for k, v in parts))
+      names = dict(
+          vs_best_peer=f"vs best peer ({results['best_peer'].get(size)})",
+          bf16_vs_best_bf16_peer="bf16 vs best bf16 peer "
+          f"({results['best_bf16_peer'].get(size)})")
+      parts = [
+          f"{names.get(k, k.replace('_', ' '))} {v:.2f}x" for k, v in b.items()
+          if v
+      ]
+      print(f"{size}: trainer_{kind} " + ", ".join(parts))
   for size, ratio in results["ratio_vs_best_peer"].items():
-    print(f"{size}: trainer_best / best float32 peer = {ratio:.2f}x")
+    print(f"{size}: trainer_best / best float32 peer "
+          f"({results['best_peer'][size]}) = {ratio:.2f}x")
+  for size, ratio in results["ratio_vs_best_bf16_peer"].items():
+    print(f"{size}: trainer_bf16 / best bfloat16 peer "
+          f"({results['best_bf16_peer'][size]}) = {ratio:.2f}x")
   for size, ratio in results["bf16_speedup"].items():
     print(f"{size}: bfloat16 / float32 (trainer) = {ratio:.2f}x")
   for size, ratio in results["bf16_vs_keras_hub"].items():
@@ -582,6 +679,22 @@ def report(results):
           ", ".join(f"{k} rows {v:.0f} MiB" for k, v in m.items()
                     if k not in ("ratio", "seconds")) +
           f" (ratio {m['ratio']:.3f})")
+
+
+def report_vs_hf(vs_hf):
+  """The table of the trainer's layouts over the Hugging Face batchings."""
+  if not vs_hf:
+    return
+  print("| encoder | trainer | precision | " +
+        " | ".join(f"vs {hf}" for hf in contenders.HF) + " |")
+  print("| --- " * (3 + len(contenders.HF)) + "|")
+  for size, table in vs_hf.items():
+    for ours, ratios in table.items():
+      bf16 = contenders.PRECISION.get(ours) == "bfloat16"
+      cells = [ratios.get(f"{hf}_bf16" if bf16 else hf) for hf in contenders.HF]
+      print(f"| {size} | {ours} | {'bfloat16' if bf16 else 'float32'} | " +
+            " | ".join(f"{v:.2f}x" if v else "-" for v in cells) + " |")
+  print("(bfloat16 rows against the HF contenders' bfloat16 twins)\n")
 
 
 if __name__ == "__main__":

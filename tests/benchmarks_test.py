@@ -3,6 +3,7 @@ shows, the kill/resume program, the throughput race in its tiny mode,
 profile_ops. No timing is asserted: the figures are measured by running
 the programs on a quiet machine (benchmarks/RESULTS.md)."""
 
+import importlib.util
 import json
 import os
 import sys
@@ -18,6 +19,7 @@ from trainer.foundation import shared_rows
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import failure_drills  # noqa: E402
+import hf_contenders  # noqa: E402
 import packing_bound  # noqa: E402
 import profile_ops  # noqa: E402
 import train_throughput  # noqa: E402
@@ -174,13 +176,23 @@ def test_the_race_figures(capsys):
   config = dict(hidden_size=8, num_layers=2, intermediate_size=32)
   train_throughput.add_figures(results, "demo", raced, config, 128, 32)
   assert results["contenders"]["demo"] is raced
-  assert results["ratio_vs_best_peer"]["demo"] == 100 / 80  # keras_hub
+  assert results["ratio_vs_best_peer"]["demo"] == 100 / 80
+  assert results["best_peer"]["demo"] == "keras_hub"
+  assert results["best_bf16_peer"]["demo"] == "keras_hub_bf16"
+  assert results["ratio_vs_best_bf16_peer"]["demo"] == 150 / 120
   assert results["bf16_speedup"]["demo"] == 1.5
   assert results["bf16_vs_keras_hub"]["demo"] == 150 / 120
   assert results["bucketed"]["demo"] == dict(
-      vs_fixed=2.5, vs_best_peer=250 / 80, bf16_vs_fixed_bf16=None)
+      vs_fixed=2.5,
+      vs_best_peer=250 / 80,
+      bf16_vs_fixed_bf16=None,
+      bf16_vs_best_bf16_peer=None)
   assert results["shared_rows"]["demo"] == dict(
-      vs_fixed=4.0, vs_best_peer=5.0, bf16_vs_fixed_bf16=4.0)
+      vs_fixed=4.0,
+      vs_best_peer=5.0,
+      bf16_vs_fixed_bf16=4.0,
+      bf16_vs_best_bf16_peer=5.0)
+  assert results["vs_hf"] == {}  # no Hugging Face contender raced
   # 32 examples a step: 1/80 - 1/100 s an example is 2.5 ms an example.
   assert results["per_step_overhead_ms"] == pytest.approx(80.0)
   flops = train_throughput.training_flops_per_example(config, 128)
@@ -198,8 +210,12 @@ def test_the_race_figures(capsys):
       "| demo | trainer_shared_rows | float32 | 400.0 | 4.00x | 7200 | 10% |",
       "demo: trainer_shared_rows row counts [5, 6, 8], its train loop "
       "traced 3 times",
-      "demo: trainer_bucketed vs fixed 2.50x, vs best peer 3.12x",
-      "demo: trainer_best / best float32 peer = 1.25x",
+      "demo: trainer_bucketed vs fixed 2.50x, vs best peer (keras_hub) 3.12x",
+      "demo: trainer_shared_rows vs fixed 4.00x, vs best peer (keras_hub) "
+      "5.00x, bf16 vs fixed bf16 4.00x, bf16 vs best bf16 peer "
+      "(keras_hub_bf16) 5.00x",
+      "demo: trainer_best / best float32 peer (keras_hub) = 1.25x",
+      "demo: trainer_bf16 / best bfloat16 peer (keras_hub_bf16) = 1.25x",
       "demo: bfloat16 / float32 (trainer) = 1.50x",
       "demo: trainer_bf16 / keras_hub_bf16 = 1.25x",
       "per-step host overhead saved by steps_per_loop=4 (demo): 80.00 ms/step",
@@ -212,6 +228,139 @@ def test_the_race_figures(capsys):
     later = train_throughput.new_results("test", {}, 1e12, 2e12)
     train_throughput.add_figures(later, size, contenders_raced, config, 128, 32)
     assert "per_step_overhead_ms" not in later
+
+
+def test_the_race_figures_against_hugging_face(capsys):
+  """"vs best peer" is against the fastest peer, Hugging Face's included,
+  and names it; `vs_hf` puts each trainer layout over each HF batching in
+  its precision."""
+  results = train_throughput.new_results("test", {}, 1e12, 2e12)
+  raced = dict(
+      trainer_best=_raced(100.0, 128),
+      trainer_bf16=_raced(150.0, 128),
+      trainer_shared_rows=_raced(400.0, 20, (5, 6, 8)),
+      trainer_shared_rows_bf16=_raced(600.0, 20, (5, 6, 8)),
+      keras_hub=_raced(80.0, None),
+      keras_hub_bf16=_raced(120.0, 128),
+      hf_dynamic=_raced(125.0, 40),
+      hf_group_by_length=_raced(200.0, 25),
+      hf_max_length=_raced(50.0, 128),
+      hf_dynamic_bf16=_raced(150.0, 40),
+      hf_group_by_length_bf16=_raced(240.0, 25))
+  raced["hf_dynamic"]["note"] = "transformers 5 Trainer, torch on 2 threads"
+  config = dict(hidden_size=8, num_layers=2, intermediate_size=32)
+  train_throughput.add_figures(results, "demo", raced, config, 128, 32)
+  assert results["best_peer"]["demo"] == "hf_group_by_length"
+  assert results["ratio_vs_best_peer"]["demo"] == 0.5
+  assert results["best_bf16_peer"]["demo"] == "hf_group_by_length_bf16"
+  assert results["ratio_vs_best_bf16_peer"]["demo"] == 150 / 240
+  assert results["shared_rows"]["demo"]["vs_best_peer"] == 2.0
+  assert results["shared_rows"]["demo"]["bf16_vs_best_bf16_peer"] == 2.5
+  assert results["vs_hf"]["demo"] == {
+      "trainer_best":
+          dict(hf_dynamic=0.8, hf_group_by_length=0.5, hf_max_length=2.0),
+      "trainer_bf16":
+          dict(hf_dynamic_bf16=1.0, hf_group_by_length_bf16=150 / 240),
+      "trainer_shared_rows":
+          dict(hf_dynamic=3.2, hf_group_by_length=2.0, hf_max_length=8.0),
+      "trainer_shared_rows_bf16":
+          dict(hf_dynamic_bf16=4.0, hf_group_by_length_bf16=2.5),
+  }
+  # An HF contender computes at the mean padded length of its batches.
+  assert results["mfu"]["demo"]["hf_dynamic_bf16"] == (
+      150 * train_throughput.training_flops_per_example(config, 40) / 2e12)
+  train_throughput.report(results)
+  printed = capsys.readouterr().out
+  expected = [
+      "| demo | hf_group_by_length | float32 | 200.0 | 2.00x | 3600 | 28% |",
+      "| encoder | trainer | precision | vs hf_dynamic | vs hf_group_by_length "
+      "| vs hf_max_length |",
+      "| demo | trainer_shared_rows | float32 | 3.20x | 2.00x | 8.00x |",
+      "| demo | trainer_shared_rows_bf16 | bfloat16 | 4.00x | 2.50x | - |",
+      "demo: trainer_shared_rows vs fixed 4.00x, vs best peer "
+      "(hf_group_by_length) 2.00x",
+      "demo: trainer_best / best float32 peer (hf_group_by_length) = 0.50x",
+      "demo: trainer_bf16 / best bfloat16 peer (hf_group_by_length_bf16) "
+      "= 0.62x",
+      "demo: hf_dynamic: transformers 5 Trainer, torch on 2 threads",
+  ]
+  assert [line for line in expected if line not in printed] == []
+
+
+def test_hugging_face_contenders_tokenize_as_the_trainer(demo_paths, tmp_path):
+  """The same ids as the trainer's preprocessor over the same vocab file,
+  for single texts (truncated alike) and for pairs that need no trimming
+  (the trainer trims a pair round-robin, transformers longest first)."""
+  pytest.importorskip(
+      "transformers",
+      reason="transformers is not installed: pip install -e '.[bench]'")
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from trainer.data import preprocessing  # pylint: disable=g-import-not-at-top
+  vocab = os.path.join(demo_paths["preprocessor"], "assets", "vocab.txt")
+  seq = 32
+  pack = preprocessing.make_packer(
+      tf.saved_model.load(demo_paths["preprocessor"]), seq)
+  singles = ["An AMAZING film, again!", "@xyz so sad... 42", "a " * 40]
+  pairs = [["hello world", "good movie"], ["The Dog sat.", "a cat, ran!"]]
+  for texts in (singles, pairs):
+    path = tmp_path / "texts.json"
+    path.write_text(json.dumps(dict(texts=texts, labels=[1] * len(texts))))
+    _, rows = hf_contenders.tokenized(str(path), vocab, seq)
+    want = pack(tf.constant(texts))
+    for i, row in enumerate(rows):
+      length = want["input_mask"][i].numpy().sum()
+      assert row["input_ids"] == want["input_word_ids"][i][:length].numpy(
+      ).tolist()
+      assert row["token_type_ids"] == want["input_type_ids"][i][:length].numpy(
+      ).tolist()
+      assert row["labels"] == 1
+    if texts is singles:
+      assert [len(row["input_ids"]) for row in rows] == [12, 13, seq]
+
+
+# The Hugging Face contenders' batchings (the bfloat16 one shows autocast
+# runs); hf_max_length and the others are the same code with another
+# collator or sampler setting, and start only in a real race.
+HF_RACED = "hf_dynamic,hf_group_by_length,hf_dynamic_bf16"
+
+
+@pytest.mark.slow
+def test_train_throughput_quick_mode_hugging_face(tmp_path):
+  missing = [
+      name for name in ("torch", "transformers", "accelerate")
+      if importlib.util.find_spec(name) is None
+  ]
+  if missing:
+    pytest.skip(f"{', '.join(missing)} not installed: the Hugging Face "
+                "contenders need torch, transformers and accelerate "
+                "(pip install -e '.[bench]')")
+  output = tmp_path / "results.json"
+  result = run_process([
+      sys.executable,
+      os.path.join(ROOT, "benchmarks", "train_throughput.py"), "--quick",
+      "--skip=memory,input", f"--output={output}", f"--contenders={HF_RACED}"
+  ],
+                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+                       timeout=600)
+  assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+  results = json.loads(output.read_text())
+  rates = results["examples_per_second"]["demo"]
+  assert sorted(rates) == sorted(HF_RACED.split(","))
+  assert all(rate > 0 for rate in rates.values())
+  assert results["best_peer"]["demo"] == max(
+      ("hf_dynamic", "hf_group_by_length"), key=rates.get)
+  assert results["best_bf16_peer"]["demo"] == "hf_dynamic_bf16"
+  # Padding counted on the batches each timed: each batch padded to its
+  # longest, so some padding, and less than padding to --seq_length.
+  seq = results["settings"]["seq_length"]
+  for name in rates:
+    info = results["contenders"]["demo"][name]
+    assert 0 < info["real_tokens"] <= info["padded_tokens"] < seq
+  assert "| demo | hf_dynamic_bf16 | bfloat16 |" in result.stdout
+  # What it ran, in the report: torch on every core.
+  assert f"on {os.cpu_count()} threads" in results["contenders"]["demo"][
+      "hf_dynamic"]["note"]
+  assert "demo: hf_dynamic: transformers " in result.stdout
 
 
 def test_profile_ops_without_a_trace_is_a_clear_error(tmp_path, capsys):
