@@ -278,12 +278,13 @@ class TrainerContender(_Contender):
 
 
 def _train_data(job):
-  """The job's training split and packer (as `launch.setup` builds them)."""
+  """The job's training split and its examples' encoding (as
+  `launch.setup` builds them)."""
   from trainer.data import splits  # pylint: disable=g-import-not-at-top
   from trainer.training import inputs  # pylint: disable=g-import-not-at-top
   c, task = job.run.config, job.run.task
   split = splits.make_splits(task, inputs.data_spec(c, task))["train"]
-  return split, job.data.packer
+  return split, job.data.encode
 
 
 def _tokens(job):
@@ -294,9 +295,9 @@ def _tokens(job):
   from trainer.foundation import buckets as buckets_lib  # noqa: E501  pylint: disable=g-import-not-at-top
   from trainer.foundation import shared_rows  # noqa: E501  pylint: disable=g-import-not-at-top
   from trainer.data import input_pipeline  # pylint: disable=g-import-not-at-top
-  split, packer = _train_data(job)
+  split, encode = _train_data(job)
   c = job.run.config
-  histogram = input_pipeline.length_histogram(split, packer, c.seq_length)
+  histogram = input_pipeline.length_histogram(split, encode, c.seq_length)
   rows = max(int(histogram.sum()), 1)
   real = float((histogram * range(c.seq_length + 1)).sum()) / rows
   layout = job.data.layout
@@ -315,9 +316,9 @@ def _trace_every_shape(job):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from trainer.data import input_pipeline  # pylint: disable=g-import-not-at-top
   strategy, layout = job.run.strategy, job.data.layout
-  split, packer = _train_data(job)
+  split, encode = _train_data(job)
   groups = input_pipeline.train_groups(
-      split, packer, layout, job.plan.steps_per_epoch, seed=1)
+      split, encode, layout, job.plan.steps_per_epoch, seed=1)
   found = {}
   for i, group in enumerate(groups):
     shape = group["input_word_ids"].shape[0 if layout.rows else 2]

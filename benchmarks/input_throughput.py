@@ -100,7 +100,8 @@ def measure(csv_path,
   if preprocessor_handle == "demo":
     preprocessor_handle = demo.ensure_assets()["preprocessor"]
   preprocessor = handles.load_handle(preprocessor_handle, "preprocessor_handle")
-  packer = preprocessing.make_packer(preprocessor, seq_length)
+  packer = input_pipeline.labelled(
+      preprocessing.make_packer(preprocessor, seq_length))
   split = splits.Split(
       "train", sources.FileSource(csv_path, tasks.SENTIMENT140_LABEL_MAP))
   rows = None

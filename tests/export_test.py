@@ -90,7 +90,8 @@ def test_export_matches_trainer_eval_step_and_token_ids(demo_run, tmp_path):
   batch = next(
       iter(
           input_pipeline.eval_dataset(
-              split, packer, testing.layout((c.seq_length,), len(TEXTS), 8))))
+              split, input_pipeline.labelled(packer),
+              testing.layout((c.seq_length,), len(TEXTS), 8))))
   probs = train_step.make_predict_step(model)(batch)
   np.testing.assert_allclose(
       served["probabilities"].numpy(), probs.numpy(), atol=1e-5)
@@ -199,7 +200,7 @@ print(json.dumps(dict(trainer="trainer" in sys.modules,
   batch = next(
       iter(
           input_pipeline.eval_dataset(
-              splits_lib.Split("t", source), packer,
+              splits_lib.Split("t", source), input_pipeline.labelled(packer),
               testing.layout((c.seq_length,), len(testing.PAIRS), 8))))
   probabilities = train_step.make_predict_step(model)(batch)
   np.testing.assert_allclose(

@@ -37,7 +37,8 @@ def test_distributed_train_data_is_int32_and_static(tmp_path, preprocessor):
   packer = preprocessing.make_packer(preprocessor, 16)
   strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
   ds = input_pipeline.train_groups(
-      testing.split(tmp_path / "d.csv"), packer, testing.layout((16,), 8, 3), 5)
+      testing.split(tmp_path / "d.csv"), input_pipeline.labelled(packer),
+      testing.layout((16,), 8, 3), 5)
   input_pipeline.check_int_features(ds.element_spec)
   dist = strategy.experimental_distribute_dataset(ds)
   want = dict(label=[4, 3], meta=[4, 2])
@@ -50,8 +51,8 @@ def test_distributed_train_data_is_int32_and_static(tmp_path, preprocessor):
       "input_word_ids", "input_mask", "input_type_ids", "label", "meta"
   }
   bucketed = input_pipeline.train_groups(
-      testing.split(tmp_path / "d.csv"), packer, testing.layout((4, 16), 8, 3),
-      5)
+      testing.split(tmp_path / "d.csv"), input_pipeline.labelled(packer),
+      testing.layout((4, 16), 8, 3), 5)
   input_pipeline.check_int_features(bucketed.element_spec)
   assert bucketed.element_spec["input_word_ids"].shape.as_list() == [8, 3, None]
   with pytest.raises(TypeError, match="static batch and group sizes"):
@@ -67,11 +68,13 @@ def test_resumed_stream_equals_tail_of_uninterrupted_stream(
   split = testing.split(tmp_path / "d.csv")
   spe = buckets_lib.steps_per_epoch(
       buckets_lib.counts(
-          input_pipeline.length_histogram(split, packer, 8), buckets), 4)
+          input_pipeline.length_histogram(split,
+                                          input_pipeline.labelled(packer), 8),
+          buckets), 4)
   assert spe == 7  # 30 // 4; bucketed: 5 // 4 + 25 // 4
   make = lambda start: input_pipeline.train_dataset(
       split,
-      packer,
+      input_pipeline.labelled(packer),
       testing.layout(buckets, 4, 2),
       spe,
       start_step=start,
@@ -120,7 +123,7 @@ def test_the_order_ignores_the_process_global_seed(tmp_path, preprocessor):
     tf.random.set_seed(global_seed)
     ds = input_pipeline.train_dataset(
         split,
-        packer,
+        input_pipeline.labelled(packer),
         testing.layout((8,), 4, 8),
         10,
         seed=5,
@@ -144,8 +147,8 @@ def test_eval_counts_every_example_once(tmp_path, preprocessor):
   packer = preprocessing.make_packer(preprocessor, 8)
   batches = list(
       input_pipeline.eval_dataset(
-          testing.split(tmp_path / "d.csv"), packer, testing.layout((8,), 4,
-                                                                    2)))
+          testing.split(tmp_path / "d.csv"), input_pipeline.labelled(packer),
+          testing.layout((8,), 4, 2)))
   assert len(batches) == 3
   weights = np.concatenate([b["weight"].numpy() for b in batches])
   assert weights.tolist() == [1.0] * 10 + [0.0] * 2
@@ -154,8 +157,8 @@ def test_eval_counts_every_example_once(tmp_path, preprocessor):
   # row is counted once (in the bucket of its length).
   bucketed = list(
       input_pipeline.eval_dataset(
-          testing.split(tmp_path / "d.csv"), packer, testing.layout((4, 8), 4,
-                                                                    2)))
+          testing.split(tmp_path / "d.csv"), input_pipeline.labelled(packer),
+          testing.layout((4, 8), 4, 2)))
   real = [
       b["input_word_ids"].numpy()[b["weight"].numpy() > 0] for b in bucketed
   ]
@@ -196,7 +199,8 @@ def test_resolve_rows_tells_rebuilt_without_rows_from_rows(
   assert resolve("long") == ()
   auto = shared_rows.choose(
       input_pipeline.length_histogram(
-          testing.split(tmp_path / "short.csv"), packer, 32), 16, 1)
+          testing.split(tmp_path / "short.csv"),
+          input_pipeline.labelled(packer), 32), 16, 1)
   assert auto and resolve("short") == auto
   assert resolve("short", dict(shared_rows=[])) == ()
   assert resolve("short", dict(shared_rows=[3, 5]), multiple=2) == (4, 6)
@@ -207,7 +211,7 @@ def test_length_histogram_counts_every_usable_row_by_its_length(
   testing.varied_csv(tmp_path / "d.csv", 24)
   packer = preprocessing.make_packer(preprocessor, 8)
   histogram = input_pipeline.length_histogram(
-      testing.split(tmp_path / "d.csv"), packer, 8)
+      testing.split(tmp_path / "d.csv"), input_pipeline.labelled(packer), 8)
   # [CLS], a piece per digit of i ("12" is "1", "##2"), i*7 % 5 pieces "a",
   # [SEP]; at most 8.
   want = np.bincount([min(2 + len(str(i)) + i * 7 % 5, 8) for i in range(24)],
@@ -221,7 +225,7 @@ def _first_batches_label_mix(path, stripes, demo_paths):
   split = splits_lib.Split("train", sources.FileSource(str(path), {0: 0, 4: 1}))
   ds = input_pipeline.train_dataset(
       split,
-      packer,
+      input_pipeline.labelled(packer),
       testing.layout((8,), 32, 8),
       100,
       shuffle_buffer=64,
@@ -249,7 +253,7 @@ def _bucket_positions(split, packer, buckets, group_size, spe, length):
   """Positions in epoch 0 of the batches of bucket `length`."""
   ds = input_pipeline.train_dataset(
       split,
-      packer,
+      input_pipeline.labelled(packer),
       testing.layout(buckets, 4, group_size),
       spe,
       seed=3,
@@ -270,7 +274,8 @@ def test_small_training_groups_spread_every_bucket_over_the_epoch(
   split = testing.split(tmp_path / "d.csv")
   buckets = (5, 8)
   counts = buckets_lib.counts(
-      input_pipeline.length_histogram(split, packer, 8), buckets)
+      input_pipeline.length_histogram(split, input_pipeline.labelled(packer),
+                                      8), buckets)
   # Rows of at most 5 pieces: 2 + digits + i*7 % 5 "a"s <= 5.
   assert counts == [102, 298]
   spe = buckets_lib.steps_per_epoch(counts, 4)
@@ -345,7 +350,7 @@ def test_shared_rows_hold_the_batches_of_fixed_shapes(tmp_path, preprocessor):
   split = testing.split(tmp_path / "d.csv")
   make = lambda start, rows: input_pipeline.train_dataset(
       split,
-      packer,
+      input_pipeline.labelled(packer),
       testing.layout((20,), 4, 3, rows),
       7,
       start_step=start,
@@ -372,7 +377,7 @@ def test_a_long_example_runs_one_a_row_and_is_never_split(
   groups = list(
       input_pipeline.train_groups(
           testing.split(tmp_path / "d.csv"),
-          packer,
+          input_pipeline.labelled(packer),
           testing.layout((16,), 4, 3, (1,)),
           2,
           shuffle_buffer=1).take(2))

@@ -404,7 +404,7 @@ def _bucketed_training(strategy, encoder_path, split, packer, spe):
   of up to 2 batches of 4; returns (losses, weights, loop)."""
   groups = input_pipeline.train_groups(
       split,
-      packer,
+      input_pipeline.labelled(packer),
       testing.layout((4, 8), 4, 2),
       spe,
       seed=1,
@@ -438,7 +438,8 @@ def test_bucketed_groups_give_one_and_two_replicas_the_same_weights(
   testing.varied_csv(tmp_path / "d.csv", 40)
   split = testing.split(tmp_path / "d.csv")
   counts = buckets_lib.counts(
-      input_pipeline.length_histogram(split, packer, 8), (4, 8))
+      input_pipeline.length_histogram(split, input_pipeline.labelled(packer),
+                                      8), (4, 8))
   assert min(counts) >= 8  # both buckets train
   spe = buckets_lib.steps_per_epoch(counts, 4)
   one, two = strategies
@@ -456,8 +457,8 @@ def test_bucketed_groups_give_one_and_two_replicas_the_same_weights(
         hub.load(no_dropout_encoder), 2, dropout_rate=0.0, seed=3)
   eval_loop = train_step.make_eval_loop(two,
                                         train_step.make_eval_step(model, 2), 2)
-  groups = input_pipeline.eval_groups(split, packer, testing.layout((4, 8), 4,
-                                                                    2))
+  groups = input_pipeline.eval_groups(split, input_pipeline.labelled(packer),
+                                      testing.layout((4, 8), 4, 2))
   dist = two.experimental_distribute_dataset(groups)
   passes = [train_step.evaluate(eval_loop, dist) for _ in range(2)]
   assert [p["examples"] for p in passes] == [40, 40]
@@ -472,7 +473,7 @@ def _training(strategy, encoder_path, split, packer, spe, rows):
   seen)."""
   groups = input_pipeline.train_groups(
       split,
-      packer,
+      input_pipeline.labelled(packer),
       testing.layout((16,), 6, 2, rows),
       spe,
       seed=1,
@@ -529,7 +530,7 @@ def test_shared_rows_train_the_weights_of_fixed_shapes(tmp_path, demo_paths,
     eval_loop = train_step.make_eval_loop(two,
                                           train_step.make_eval_step(model, 2),
                                           2)
-    groups = input_pipeline.eval_groups(split, packer,
+    groups = input_pipeline.eval_groups(split, input_pipeline.labelled(packer),
                                         testing.layout((16,), 6, 2, rows))
     scores.append(
         train_step.evaluate(eval_loop,

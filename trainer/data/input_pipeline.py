@@ -73,17 +73,21 @@ def _epoch_order(rows, shuffle, window, seed):
 
 # Rows tokenized and packed per map call (vectorized; the order is kept).
 _PACK_ROWS = 256
-# The features of a packed example: the encoder's three, [..., length].
 
 
-def _pack_batch(packer):
+def labelled(packer):
+  """A classification task's `encode`: (texts, labels) -> the packed
+  texts' encoder inputs (`packer`) and `label`. What the streams here take
+  as `encode`: (texts [n] or [n, 2], labels [n]) -> a dict of features,
+  each per example ([n]) or per token ([n, seq_length]), `label` among
+  them (`features`); a tagging task's is `word_pieces.tagged`."""
 
-  def fn(texts, labels):
+  def encode(texts, labels):
     features = packer(texts)
     features["label"] = labels
     return features
 
-  return fn
+  return encode
 
 
 def bucket_of(edges, lengths):
@@ -93,15 +97,14 @@ def bucket_of(edges, lengths):
   return tf.searchsorted(edges, lengths, side="left")
 
 
-def _measured(packer, buckets):
-  """(texts, labels) -> the packed rows (at --seq_length) with `length`
+def _measured(encode, buckets):
+  """(texts, labels) -> the encoded rows (at --seq_length) with `length`
   (tokens incl. [CLS]/[SEP]) and `bucket`, the index of the smallest bucket
   that holds them."""
-  pack = _pack_batch(packer)
   edges = tf.constant(buckets, tf.int32)
 
   def fn(texts, labels):
-    features = pack(texts, labels)
+    features = encode(texts, labels)
     length = row_layout.lengths_of(features)
     features["length"] = length
     features["bucket"] = tf.cast(bucket_of(edges, length), tf.int64)
@@ -118,11 +121,11 @@ def _measure_all(rows, measure):
       deterministic=True).unbatch()
 
 
-def length_histogram(split, packer, seq_length):
+def length_histogram(split, encode, seq_length):
   """int64 [seq_length + 1]: the usable rows of `split` per packed length
   (tokens incl. [CLS] and [SEP], at most `seq_length`): one pass that
   tokenizes every row, what --seq_buckets needs to know before training."""
-  measure = _measured(packer, (seq_length,))
+  measure = _measured(encode, (seq_length,))
   ds = usable_rows(split).batch(_PACK_ROWS).map(
       lambda t, y: tf.math.bincount(
           measure(t, y)["length"],
@@ -203,7 +206,7 @@ def _with_meta(groups, batch, first):
 
 
 def train_groups(split,
-                 packer,
+                 encode,
                  layout,
                  steps_per_epoch,
                  start_step=0,
@@ -235,7 +238,7 @@ def train_groups(split,
   start_epoch, offset = divmod(start_step, steps_per_epoch)
   batch, group_size = layout.batch_size, layout.train_group
   base = usable_rows(split, read_stripes)
-  measure = _measured(packer, layout.lengths)
+  measure = _measured(encode, layout.lengths)
   # Batches per block: a group's, or those laid out at once in shared rows.
   block = group_size
   if layout.rows:
@@ -248,7 +251,7 @@ def train_groups(split,
     ordered = ordered.skip(skip_groups * rows_per_group)
     first = tf.cast(e, tf.int64) * steps_per_epoch + skip_groups * block
     if layout.rows:
-      return row_layout.stream(ordered, packer, layout.ladder,
+      return row_layout.stream(ordered, encode, layout.ladder,
                                layout.seq_length, batch, group_size, False,
                                first)
     groups = _grouped(
@@ -281,7 +284,7 @@ def _endless(epoch, start_epoch, skip, start_step):
   return ds.prefetch(2)
 
 
-def eval_groups(split, packer, layout):
+def eval_groups(split, encode, layout):
   """Every usable row of `split` exactly once, in groups as `train_groups`
   (in the order of the split) of the `layout`'s eval batches: a bucket's
   last batch is filled with rows of weight 0, and each group carries
@@ -292,12 +295,13 @@ def eval_groups(split, packer, layout):
   batch, group_size = layout.eval_batch, layout.eval_group
   if layout.eval_ladder:
     return row_layout.stream(
-        usable_rows(split), packer, layout.eval_ladder, layout.seq_length,
+        usable_rows(split), encode, layout.eval_ladder, layout.seq_length,
         batch, group_size, True).prefetch(2)
 
   def weighted(texts, labels):
-    features = _measured(packer, layout.lengths)(texts, labels)
-    features["weight"] = tf.ones_like(features["length"], tf.float32)
+    features = _measured(encode, layout.lengths)(texts, labels)
+    if "weight" not in features:  # per token already for tagging
+      features["weight"] = tf.ones_like(features["length"], tf.float32)
     return features
 
   groups = _grouped(
@@ -327,16 +331,16 @@ def batches(groups, start_step=0):
   return groups.flat_map(unroll)
 
 
-def train_dataset(split, packer, layout, steps_per_epoch, **kwargs):
+def train_dataset(split, encode, layout, steps_per_epoch, **kwargs):
   """`train_groups` batch by batch ([batch, bucket] features)."""
   return batches(
-      train_groups(split, packer, layout, steps_per_epoch, **kwargs),
+      train_groups(split, encode, layout, steps_per_epoch, **kwargs),
       kwargs.get("start_step", 0))
 
 
-def eval_dataset(split, packer, layout):
+def eval_dataset(split, encode, layout):
   """`eval_groups` batch by batch ([batch, bucket] features, `weight`)."""
-  return batches(eval_groups(split, packer, layout))
+  return batches(eval_groups(split, encode, layout))
 
 
 def check_int_features(element_spec):

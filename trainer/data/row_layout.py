@@ -145,7 +145,9 @@ def to_rows(batches, lengths, placement, num_rows, slots):
     if key not in skipped:
       out[key] = tokens(value) if value.shape.rank == 3 else per_slot(value)
   weight = batches.get("weight", tf.ones(tf.shape(lengths), tf.float32))
-  out["weight"] = per_slot(tf.where(real, weight, 0.0))
+  out["weight"] = (
+      tokens(weight)  # per token (tagging): padding reads 0
+      if weight.shape.rank == 3 else per_slot(tf.where(real, weight, 0.0)))
   return out
 
 
@@ -231,7 +233,7 @@ def pack_texts(packer, texts, seq_length):
 ROW_BLOCK = 1024
 
 
-def _block(packer, batch, pad_rows, ladder, seq_length):
+def _block(encode, batch, pad_rows, ladder, seq_length):
   """(texts, labels) of up to ROW_BLOCK consecutive rows -> their whole
   batches in rows (`block_layout`), rows first (a strategy
   splits them), batches second: features [batch (the most rows a batch can
@@ -243,15 +245,14 @@ def _block(packer, batch, pad_rows, ladder, seq_length):
 
   @tf.autograph.experimental.do_not_convert  # no Python control flow on
   def fn(texts, labels):  # tensors here: AutoGraph would only cost time
-    features = packer(texts)
+    features = encode(texts, labels)
     features["length"] = lengths_of(features)
     for key in features_lib.IMPLIED_IN_ROWS:
       del features[key]
-    features["label"] = labels
     n = tf.shape(labels)[0]
     count = (n + batch - 1) // batch if pad_rows else n // batch
     used = count * batch
-    if pad_rows:
+    if pad_rows and "weight" not in features:  # tagging's is per token
       features["weight"] = tf.ones([n], tf.float32)
     out = {}
     for key, value in features.items():
@@ -312,7 +313,7 @@ def block_batches(batch, group_size):
 
 
 def stream(examples,
-           packer,
+           encode,
            ladder,
            seq_length,
            batch,
@@ -326,7 +327,7 @@ def stream(examples,
   one group (`_groups`), the stream position of the first batch `first`."""
   block = block_batches(batch, group_size)
   blocks = examples.batch(batch * block).map(
-      _block(packer, batch, pad_rows, ladder, seq_length),
+      _block(encode, batch, pad_rows, ladder, seq_length),
       num_parallel_calls=tf.data.AUTOTUNE,
       deterministic=True).filter(lambda b: tf.size(b["sizes"]) > 0)
   return _groups(blocks, group_size,

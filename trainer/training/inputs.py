@@ -45,7 +45,7 @@ def splits_and_counts(c, task, out):
   return splits, counts
 
 
-def length_histogram(c, split, packer, out):
+def length_histogram(c, split, encode, out):
   """The training rows per packed length (`input_pipeline.length_histogram`,
   cached in `out` like the counts: a resumed run skips the pass)."""
   key = repr((repr(split), split.source.stamp(), c.preprocessor_handle,
@@ -53,13 +53,13 @@ def length_histogram(c, split, packer, out):
   cached = run_dir.read_json(out.length_stats)
   if cached and cached.get("key") == key:
     return cached["histogram"]
-  histogram = input_pipeline.length_histogram(split, packer, c.seq_length)
+  histogram = input_pipeline.length_histogram(split, encode, c.seq_length)
   run_dir.write_json(out.length_stats,
                      dict(key=key, histogram=[int(n) for n in histogram]))
   return histogram
 
 
-def resolve_buckets(c, split, packer, rows_used, out, saved=None):
+def resolve_buckets(c, split, encode, rows_used, out, saved=None):
   """(--seq_buckets resolved: the bucket lengths, the training examples in
   each): `auto` chosen from the measured lengths of the training split, or
   for a resume the buckets the run chose (`saved`, its config.json: a
@@ -67,7 +67,7 @@ def resolve_buckets(c, split, packer, rows_used, out, saved=None):
   spec = layout_lib.requested(c).buckets
   if spec == (c.seq_length,):
     return spec, [rows_used]
-  histogram = length_histogram(c, split, packer, out)
+  histogram = length_histogram(c, split, encode, out)
   if spec == buckets_lib.AUTO and saved and saved.get("buckets"):
     spec = tuple(saved["buckets"])
     if spec == (c.seq_length,):
@@ -131,7 +131,7 @@ def rows_encoder(c, encoder, strategy, saved=None):
   return encoder, False
 
 
-def resolve_rows(c, split, packer, out, saved, multiple):
+def resolve_rows(c, split, encode, out, saved, multiple):
   """The row counts of a run that shares rows (`shared_rows`): as the run
   recorded them (config.json `shared_rows`, fitted to this replica count),
   the list given, or auto's choice from the training split's measured
@@ -151,7 +151,7 @@ def resolve_rows(c, split, packer, out, saved, multiple):
   if spec != shared_rows.AUTO:
     shared_rows.check_ladder(spec, c.batch_size, multiple)
     return spec
-  histogram = length_histogram(c, split, packer, out)
+  histogram = length_histogram(c, split, encode, out)
   ladder = shared_rows.choose(histogram, c.batch_size, multiple)
   if not ladder:
     logging.info(
@@ -167,12 +167,13 @@ def resolve_rows(c, split, packer, out, saved, multiple):
 @dataclasses.dataclass(frozen=True)
 class RunData:
   """A run's data resolved: its splits and their row counts (`counts.
-  count` records), the packer of its texts, its batch `Layout`, and how
-  its epochs are shuffled (`inputs.shuffle`)."""
+  count` records), how its examples are encoded (`encode`: (texts,
+  labels) -> features, what the `input_pipeline` streams take), its batch
+  `Layout`, and how its epochs are shuffled (`inputs.shuffle`)."""
 
   splits: dict
   counts: dict
-  packer: object
+  encode: object
   layout: layout_lib.Layout
   shuffle: str
 
@@ -180,18 +181,19 @@ class RunData:
 def resolve_data(c, task, out, saved, preprocessor, shuffle, replicas, rebuilt):
   """The run's `RunData`: its splits read and counted (`splits_and_counts`),
   checked against the record of the run resumed (config.json `saved`), its
-  packer, and its `Layout` (`resolve_layout`; `rebuilt`: the encoder takes
-  shared rows)."""
+  examples' encoding, and its `Layout` (`resolve_layout`; `rebuilt`: the
+  encoder takes shared rows)."""
   splits, counts = splits_and_counts(c, task, out)
   counts_lib.check_same_data((saved or {}).get("data"), counts, c.model_dir)
-  packer = preprocessing.make_packer(preprocessor, c.seq_length)
-  layout = resolve_layout(c, splits["train"], packer,
+  encode = input_pipeline.labelled(
+      preprocessing.make_packer(preprocessor, c.seq_length))
+  layout = resolve_layout(c, splits["train"], encode,
                           counts["train"]["rows_used"], out, saved, replicas,
                           rebuilt)
-  return RunData(splits, counts, packer, layout, shuffle)
+  return RunData(splits, counts, encode, layout, shuffle)
 
 
-def resolve_layout(c, split, packer, rows_used, out, saved, replicas, rebuilt):
+def resolve_layout(c, split, encode, rows_used, out, saved, replicas, rebuilt):
   """The run's `Layout`, resolved once from --seq_buckets and
   --shared_rows, the training `split`'s measured lengths (cached in `out`),
   and for a resume its config.json `saved` (a run keeps the layout it
@@ -199,15 +201,15 @@ def resolve_layout(c, split, packer, rows_used, out, saved, replicas, rebuilt):
 
   Args:
     c: the run's Config.
-    split: the training split; `packer` its packer; `rows_used` its usable
-      rows.
+    split: the training split; `encode` its examples' encoding;
+      `rows_used` its usable rows.
     out: the run's `run_dir.Locations`.
     saved: config.json of the run resumed, or None.
     replicas: replicas in sync.
     rebuilt: the encoder takes shared rows (`rows_encoder`).
   """
-  lengths, in_buckets = resolve_buckets(c, split, packer, rows_used, out, saved)
-  ladder = resolve_rows(c, split, packer, out, saved, replicas *
+  lengths, in_buckets = resolve_buckets(c, split, encode, rows_used, out, saved)
+  ladder = resolve_rows(c, split, encode, out, saved, replicas *
                         c.grad_accumulation_steps) if rebuilt else None
   return layout_lib.Layout.build(c, lengths, ladder, replicas, in_buckets)
 

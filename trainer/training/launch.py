@@ -236,7 +236,7 @@ def _trainer(c, strategy, state, route, data, plan, run):
   def dataset(position):
     ds = input_pipeline.train_groups(
         data.splits["train"],
-        data.packer,
+        data.encode,
         data.layout,
         plan.steps_per_epoch,
         start_step=position,
@@ -275,7 +275,7 @@ def _evaluator(c, strategy, state, task, data):
     # Built at the first eval and iterated afresh at each (the pipeline's
     # maps are traced and the strategy's rewrite made once a run).
     return functools.cache(lambda: strategy.experimental_distribute_dataset(
-        input_pipeline.eval_groups(split, data.packer, data.layout)))
+        input_pipeline.eval_groups(split, data.encode, data.layout)))
 
   return trainer_lib.Evaluator(
       train_step.make_eval_loop(

@@ -1,0 +1,186 @@
+"""Words to pieces on the host, for tagging: each word's WordPiece pieces,
+its tag on its first piece.
+
+A tagged sentence is a list of words (as CoNLL and Hugging Face `datasets`
+give them) and a tag per word. `make_word_packer` tokenizes every word with
+the run's preprocessor (TF Text tokenizes a tensor of words, so each piece
+knows its word), packs `[CLS] pieces [SEP]` at --seq_length as the
+preprocessor packs a text, and writes per token the word's tag on its
+first piece (`label`) with weight 1 there (`weight`); other pieces,
+`[CLS]`, `[SEP]` and padding carry weight 0 (Hugging Face's -100). Whole
+words only: a sentence longer than --seq_length pieces keeps the words that
+fit and counts the words cut (`words_cut`); `windows` cuts such a sentence
+into consecutive windows of whole words instead, so that eval, evaluate and
+predict score every word once.
+
+A word that tokenizes to no piece (only control or format characters, which
+BERT's clean-up removes) is given one unknown piece, so it is still
+predicted: the same for every word, whatever the tokenizer drops.
+
+Every op here is a string or lookup-table op: host only, in tf.data.
+"""
+
+import tensorflow as tf
+import tensorflow_text as text
+
+from trainer.data import preprocessing
+
+# What a word of no piece is tokenized as: a private-use character, in no
+# WordPiece vocabulary, so the tokenizer gives it its unknown token.
+NO_PIECE = "\ue000"
+
+
+def split_words(sentences):
+  """string [n] of words joined by single spaces -> RaggedTensor string
+  [n, (words)] (the tagged sources' `text`)."""
+  return tf.strings.split(sentences, sep=" ")
+
+
+def word_pieces(preprocessor, words):
+  """int32 RaggedTensor [n, (words), (pieces)]: each word's pieces (at
+  least one: a word of none gets the unknown piece, `NO_PIECE`).
+
+  Args:
+    preprocessor: a loaded TF Hub style preprocessor (its `tokenize`).
+    words: RaggedTensor string [n, (words)].
+  """
+  flat = preprocessing.clean_text(words.flat_values)
+  pieces = preprocessor.tokenize(flat).merge_dims(1, 2)
+  flat = tf.where(pieces.row_lengths() > 0, flat, NO_PIECE)
+  pieces = preprocessor.tokenize(flat).merge_dims(1, 2)
+  return tf.RaggedTensor.from_row_lengths(
+      tf.cast(pieces, tf.int32), words.row_lengths())
+
+
+def fitting_words(pieces, budget):
+  """bool RaggedTensor [n, (words)]: the words whose pieces end within
+  `budget` pieces of their sentence's start (the words kept whole)."""
+  ends = tf.math.cumsum(pieces.row_lengths(axis=2), axis=1)
+  return ends <= budget
+
+
+def make_word_packer(preprocessor, seq_length):
+  """Returns pack(sentences, tags) -> dict of int32 [n, seq_length]
+  `input_word_ids`, `input_mask`, `input_type_ids`, `label` (each word's
+  tag on its first piece, 0 elsewhere), float32 [n, seq_length] `weight`
+  (1 on a word's first piece, 0 elsewhere), and int32 [n] `words_cut` (the
+  words that did not fit, dropped whole).
+
+  Args:
+    preprocessor: a loaded TF Hub style preprocessor.
+    seq_length: tokens per example, [CLS] and [SEP] included.
+
+  pack's args: `sentences` string [n], words joined by single spaces;
+  `tags` int32 RaggedTensor [n, (words)], one tag id per word.
+  """
+  special = preprocessing.special_tokens(preprocessor)
+  budget = seq_length - 2
+
+  def pack(sentences, tags):
+    pieces = word_pieces(preprocessor, split_words(sentences))
+    keep = fitting_words(pieces, budget)
+    kept = tf.ragged.boolean_mask(pieces, keep)
+    kept_tags = tf.ragged.boolean_mask(tags, keep)
+    # Per piece: its word's tag, and whether it is the word's first piece.
+    per_word = kept.values  # [words kept, (pieces)]
+    first = tf.ragged.range(per_word.row_lengths()).flat_values == 0
+    tag = tf.gather(kept_tags.flat_values, per_word.value_rowids())
+    ids = kept.merge_dims(1, 2)
+    labels = ids.with_flat_values(tf.where(first, tag, 0))
+    weights = ids.with_flat_values(tf.cast(first, tf.float32))
+    n = tf.shape(sentences)[0]
+    start = tf.fill([n, 1], special["start_of_sequence_id"])
+    end = tf.fill([n, 1], special["end_of_segment_id"])
+    ids = tf.concat([start, ids, end], axis=1)
+    zeros = tf.zeros([n, 1], tf.int32)
+    labels = tf.concat([zeros, labels, zeros], axis=1)
+    weights = tf.concat(
+        [tf.cast(zeros, tf.float32), weights,
+         tf.cast(zeros, tf.float32)],
+        axis=1)
+    word_ids, mask = text.pad_model_inputs(
+        ids, max_seq_length=seq_length, pad_value=special["padding_id"])
+    labels, _ = text.pad_model_inputs(labels, max_seq_length=seq_length)
+    weights, _ = text.pad_model_inputs(weights, max_seq_length=seq_length)
+    static = [sentences.shape[0], seq_length]
+    return dict(
+        input_word_ids=tf.ensure_shape(tf.cast(word_ids, tf.int32), static),
+        input_mask=tf.ensure_shape(tf.cast(mask, tf.int32), static),
+        input_type_ids=tf.zeros_like(tf.cast(mask, tf.int32)),
+        label=tf.ensure_shape(tf.cast(labels, tf.int32), static),
+        weight=tf.ensure_shape(weights, static),
+        words_cut=tf.cast(
+            tf.reduce_sum(tf.cast(tf.logical_not(keep), tf.int32), axis=1),
+            tf.int32))
+
+  return pack
+
+
+def window_ids(pieces, budget):
+  """int32 RaggedTensor [n, (words)]: each word's window in its sentence:
+  consecutive whole words, greedily, each window at most `budget` pieces
+  (a longer word alone in its own, its pieces truncated when packed).
+
+  One `tf.while_loop` step per window, vectorized over the sentences."""
+  lengths = tf.cast(pieces.row_lengths(axis=2), tf.int32)
+  ends = tf.math.cumsum(lengths, axis=1).flat_values
+  sentence = lengths.value_rowids()
+  first_of_row = tf.cast(lengths.row_starts(), tf.int32)
+  n = tf.shape(first_of_row)[0]
+
+  def body(k, window, opened):
+    # `opened`: where each sentence's current window starts, in pieces.
+    free = window < 0
+    room = ends - tf.gather(opened, sentence) <= budget
+    # A sentence's first free word always opens the window (a word longer
+    # than `budget` goes alone).
+    first_free = tf.math.unsorted_segment_min(
+        tf.where(free, tf.range(tf.size(window)), tf.size(window)), sentence, n)
+    leads = tf.equal(tf.range(tf.size(window)), tf.gather(first_free, sentence))
+    take = free & (room | leads)
+    window = tf.where(take, k, window)
+    last_end = tf.math.unsorted_segment_max(
+        tf.where(take, ends, -1), sentence, n)
+    opened = tf.where(last_end >= 0, last_end, opened)
+    return k + 1, window, opened
+
+  window = tf.fill(tf.shape(ends), -1)
+  _, window, _ = tf.while_loop(
+      lambda k, window, _: tf.reduce_any(window < 0), body,
+      (tf.constant(0), window, tf.zeros([n], tf.int32)))
+  return lengths.with_flat_values(window)
+
+
+def windows(preprocessor, sentences, tags, seq_length):
+  """Sentences -> their windows (`window_ids`), each a sentence of its own.
+
+  Args:
+    preprocessor: a loaded TF Hub style preprocessor.
+    sentences: string [n], words joined by single spaces.
+    tags: int32 RaggedTensor [n, (words)].
+    seq_length: tokens per example, [CLS] and [SEP] included.
+
+  Returns:
+    (string [m] the windows' words joined by spaces, int32 RaggedTensor
+    [m, (words)] their tags, int32 [m] each window's sentence (index into
+    the n), int32 [m] the sentence position of its first word), the
+    windows of each sentence consecutive and in order.
+  """
+  words = split_words(sentences)
+  window = window_ids(word_pieces(preprocessor, words), seq_length - 2)
+  sentence = tf.cast(window.value_rowids(), tf.int32)
+  # A window's global id: its sentence's windows come after the windows of
+  # the sentences before it.
+  count = tf.reduce_max(window, axis=1) + 1
+  base = tf.math.cumsum(count, exclusive=True)
+  group = tf.gather(base, sentence) + window.flat_values
+  grouped = tf.RaggedTensor.from_value_rowids(
+      words.flat_values, group, nrows=tf.reduce_sum(count))
+  joined = tf.strings.reduce_join(grouped, axis=1, separator=" ")
+  window_tags = tf.RaggedTensor.from_value_rowids(
+      tags.flat_values, group, nrows=tf.reduce_sum(count))
+  position = tf.ragged.range(words.row_lengths()).flat_values
+  first_word = tf.math.unsorted_segment_min(
+      tf.cast(position, tf.int32), group, tf.reduce_sum(count))
+  owner = tf.math.unsorted_segment_min(sentence, group, tf.reduce_sum(count))
+  return joined, window_tags, owner, first_word
