@@ -66,6 +66,15 @@ def example_dropout(pooled, rate, seed, example):
   return tf.where(keep, pooled / (1.0 - rate), tf.zeros_like(pooled))
 
 
+def keyed_dropout(x, rate, seed, keys):
+  """Dropout of `x` keyed like the encoder's (`keep_mask`): element i by
+  `keys[i]` (uint32, x's shape: `placement.token_keys`), so an example's
+  tokens draw the same masks in shared rows as one a row. `seed`: int32
+  [2]."""
+  keep = keep_mask(keys, rate, pair_seed(seed))
+  return tf.where(keep, x / (1.0 - rate), tf.zeros_like(x))
+
+
 class DropoutKeys:
   """Each element's dropout key in shared rows: its index in the tensor of
   one example a row (`hashed_keep_mask`'s key), so an example draws the

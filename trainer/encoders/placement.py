@@ -57,6 +57,13 @@ class OneARow:
     """None: an element's dropout key is its index in the tensor."""
     return None
 
+  def token_keys(self, hidden):
+    """uint32 [batch, seq_length, hidden]: each element's dropout key, its
+    index in the tensor (`dropout.DropoutKeys.tokens`' one-a-row case)."""
+    shape = tf.concat([tf.shape(self.mask), [hidden]], 0)
+    index = tf.range(tf.reduce_prod(shape), dtype=tf.int32)
+    return tf.reshape(tf.bitcast(index, tf.uint32), shape)
+
 
 class SharedRows:
   """Several examples a row (`row_layout.to_rows`): `input_example_ids`,
@@ -120,6 +127,11 @@ class SharedRows:
       raise ValueError("shared rows without input_example_index: lay them out "
                        "with trainer.data.row_layout.to_rows")
     return dropout_lib.DropoutKeys(self.inputs)
+
+  def token_keys(self, hidden):
+    """uint32 [rows, seq_length, hidden]: each element's dropout key as one
+    example a row (`dropout.DropoutKeys.tokens`)."""
+    return self.dropout_keys().tokens(hidden)
 
 
 def of(inputs):

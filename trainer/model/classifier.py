@@ -1,7 +1,10 @@
-"""The classifier: a head over the encoder's pooled output.
+"""The classifier: a head over the encoder's pooled output, or over each
+token's (tagging).
 
 `logits = dense(dropout(pooled))`, the pooled vector being the encoder's
-`pooled_output` or the mean of its `sequence_output` over the real tokens.
+`pooled_output` or the mean of its `sequence_output` over the real tokens;
+with `pooling="tokens"` nothing is pooled: one logit vector per token of
+`sequence_output` (tagging).
 """
 
 import tensorflow as tf
@@ -23,7 +26,8 @@ def _hidden_size(encoder):
 class Classifier(tf.Module):
   """logits = dense(dropout(pooled)); pooled is the encoder's
   `pooled_output` (`pooling="cls"`) or the mean of its `sequence_output`
-  over the real tokens (`"mean"`, as sentence-transformers pool).
+  over the real tokens (`"mean"`, as sentence-transformers pool), or each
+  token's `sequence_output` (`"tokens"`: tagging, logits per token).
 
   Create under `strategy.scope()` so the head variables are replicated like
   the encoder's.
@@ -81,6 +85,9 @@ class Classifier(tf.Module):
     """
     outputs = self.encoder(inputs, training=training)
     where = placement.of(inputs)
+    if self.pooling == "tokens":
+      return self._per_token(outputs["sequence_output"], where, training,
+                             dropout_seed)
     if self.pooling == "mean":
       pooled = where.mean(outputs["sequence_output"])
     else:
@@ -91,6 +98,21 @@ class Classifier(tf.Module):
           pooled, self.dropout_rate, seed,
           where.example_index(tf.shape(pooled)[0]))
     return tf.matmul(tf.cast(pooled, tf.float32), self.kernel) + self.bias
+
+  def _per_token(self, sequence, where, training, dropout_seed):
+    """logits [rows, seq_length, num_classes] of each token, its dropout
+    keyed by example and position (`placement.token_keys`)."""
+    sequence = tf.cast(sequence, tf.float32)
+    hidden = sequence.shape[-1]
+    if training and self.dropout_rate > 0:
+      seed = dropout_seed if dropout_seed is not None else tf.constant([0, 0])
+      sequence = dropout_lib.keyed_dropout(sequence, self.dropout_rate, seed,
+                                           where.token_keys(hidden))
+    logits = tf.matmul(tf.reshape(sequence, [-1, hidden]),
+                       self.kernel) + self.bias
+    return tf.reshape(
+        logits, tf.concat([tf.shape(sequence)[:2], [tf.shape(self.bias)[0]]],
+                          0))
 
 
 def _dummy_inputs():
