@@ -375,19 +375,25 @@ def _fields(text_line, invalid, layout):
   return tuple(fields[i] for i in layout.text_indices), label, OK
 
 
-def scan_offsets(path, member, layout, max_marks=4096):
-  """One pass over the file: (index, line, byte offset) marks and the total
-  row count. Marks are every `stride`-th row, the stride doubling whenever
-  there are more than `max_marks`: memory stays O(max_marks) for any file."""
+def offset_marks(rows, max_marks=4096):
+  """(index, line, byte offset) marks of `rows` (each starting with those
+  three) and the total row count. Marks are every `stride`-th row, the
+  stride doubling whenever there are more than `max_marks`: memory stays
+  O(max_marks) for any file."""
   marks, stride, total = [], 1, 0
-  with open_binary(path, member) as f:
-    for index, line, offset, *_ in parse(f, layout):
-      if index % stride == 0:
-        marks.append((index, line, offset))
-        if len(marks) > max_marks:
-          marks, stride = marks[::2], stride * 2
-      total = index + 1
+  for index, line, offset, *_ in rows:
+    if index % stride == 0:
+      marks.append((index, line, offset))
+      if len(marks) > max_marks:
+        marks, stride = marks[::2], stride * 2
+    total = index + 1
   return marks, total
+
+
+def scan_offsets(path, member, layout, max_marks=4096):
+  """One pass over the file: its rows' `offset_marks`."""
+  with open_binary(path, member) as f:
+    return offset_marks(parse(f, layout), max_marks)
 
 
 def read_rows(path, member, layout, start=None, stop_index=None):
