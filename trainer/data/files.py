@@ -37,8 +37,16 @@ MAX_ROW_CHARS = 16 * 1024 * 1024
 csv.field_size_limit(MAX_ROW_CHARS)
 
 # Why a row was not used; 0 means it was. Counted per split in summary.json.
+# Ids are saved (stats.json, summary.json): new reasons are appended. The
+# last six are a tagged sentence's (`trainer.data.tagged`): a tag outside the
+# run's tag set, a CoNLL line with another column count than the file's
+# first, a CoNLL line with a word and no tag, a JSON line that is not an
+# object with a list of words and one of tags, lists of two lengths, an
+# empty word or one holding whitespace.
 REASONS = ("ok", "label_not_in_map", "label_not_a_number", "empty_text",
-           "malformed_row", "invalid_utf8", "field_too_long", "empty_text_pair")
+           "malformed_row", "invalid_utf8", "field_too_long", "empty_text_pair",
+           "tag_not_in_set", "column_count_differs", "word_without_tag",
+           "malformed_json", "tag_count_differs", "word_with_whitespace")
 OK, NOT_A_NUMBER, MALFORMED, INVALID_UTF8, TOO_LONG = 0, 2, 4, 5, 6
 _GZIP_MAGIC = b"\x1f\x8b"
 _UTF8_BOM = b"\xef\xbb\xbf"
