@@ -14,7 +14,8 @@ whitespace). `tags` holds the ids of their tags in the run's `TagSet`
 data converted here, sentence by sentence, in TF ops). `line` is the
 1-based line of the sentence's first word (TFDS: index + 1) and `index`
 its position in the source. A rejected sentence keeps its place with
-`reason` > 0 (an index into `sources.REASONS`) and empty `tags`, so
+`reason` > 0 (an index into `sources.REASONS`), empty `tags`, and its
+`text` only when its words were read whole (a tag outside the set), so
 `counts` counts every outcome and --max_bad_fraction refuses or skips them
 as it does rows of text. Strings, not ragged ids, keep a chunk a dict of
 equal-length vectors that splits carve by mask and tf.data batches; one
