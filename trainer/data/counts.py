@@ -12,6 +12,7 @@ from absl import logging
 import tensorflow as tf
 
 from trainer.data import sources
+from trainer.data import tagged_sources
 from trainer.foundation import errors
 from trainer.runtime import run_dir
 
@@ -20,15 +21,18 @@ _HEAD_ROWS = 2000
 
 def _row_digests(chunk):
   """int64 [rows]: a fingerprint of each row as a run sees it (its index,
-  texts, label and fate); their sum (order-free, wrapping) is the split's
-  content digest."""
+  texts, label, fate and, for tagged sentences, tags); their sum (order-free,
+  wrapping) is the split's content digest. A chunk without tags digests as
+  it always has."""
   label = tf.strings.as_string(chunk["label"])
   fields = tf.strings.reduce_join(chunk["text"], axis=1, separator="\x1f")
-  keys = tf.strings.join([
+  parts = [
       tf.strings.as_string(chunk["index"]), fields, label,
       tf.strings.as_string(chunk["reason"])
-  ],
-                         separator="\x1e")
+  ]
+  if "tags" in chunk:
+    parts.append(chunk["tags"])
+  keys = tf.strings.join(parts, separator="\x1e")
   return tf.bitcast(tf.fingerprint(keys), tf.int64)
 
 
@@ -108,17 +112,27 @@ def check_same_data(saved, counts, model_dir):
 
 
 # Rejections that mean "this input is broken"; labels outside the map (e.g.
-# Sentiment140's neutral test rows) are an expected exclusion instead.
+# Sentiment140's neutral test rows) are an expected exclusion instead. A
+# tagged sentence's are all broken input, a tag outside the tag set too (a
+# tag training never saw).
 BAD_REASONS = ("label_not_a_number", "empty_text", "malformed_row",
-               "invalid_utf8", "field_too_long", "empty_text_pair")
+               "invalid_utf8", "field_too_long", "empty_text_pair",
+               "tag_not_in_set", "column_count_differs", "word_without_tag",
+               "malformed_json", "tag_count_differs", "word_with_whitespace")
+_TAGGED_HINT = (
+    " Check the file's format (CoNLL: a word and its tag a line, the same "
+    "columns on every line, a blank line between sentences; JSON lines: "
+    "an object a line with equally long lists of words and tags), the tag "
+    "column and the tag set.")
 
 
 def check_bad_fraction(split, counts, max_fraction):
   """Raises DataError naming the file, count, reason and example lines when
   more than `max_fraction` of the split's rows are broken."""
   reasons = BAD_REASONS
-  if sources.label_kind(split.source.label_map,
-                        split.source.regression) == "word":
+  tagged = isinstance(split.source, tagged_sources.SOURCES)
+  if not tagged and sources.label_kind(split.source.label_map,
+                                       split.source.regression) == "word":
     # Every cell is a word: one outside the map is a typo, not a class
     # left out on purpose (Sentiment140's neutral 2).
     reasons += ("label_not_in_map",)
@@ -136,12 +150,17 @@ def check_bad_fraction(split, counts, max_fraction):
   raise errors.DataError(
       f"{split.describe()}: {total_bad} of {counts['rows_read']} rows "
       f"rejected ({detail}), more than --max_bad_fraction={max_fraction}; "
-      f"most are {reason}, e.g. lines {', '.join(map(str, lines))}. Check "
-      "--file_format, --text_column/--label_column and --encoding" +
-      (" (a TSV whose double quotes are plain characters, as GLUE's, needs "
-       "--quoting=none)" if reason == "malformed_row" and
-       getattr(split.source, "quoting", "") == "csv" and
-       split.source.layout().delimiter == "\t" else "") + ".")
+      f"most are {reason}, e.g. lines {', '.join(map(str, lines))}." +
+      (_TAGGED_HINT if tagged else _hint(split.source, reason)))
+
+
+def _hint(source, reason):
+  """What to check when a text source's rows are broken (`reason`)."""
+  return (" Check --file_format, --text_column/--label_column and --encoding" +
+          (" (a TSV whose double quotes are plain characters, as GLUE's, "
+           "needs --quoting=none)" if reason == "malformed_row" and
+           getattr(source, "quoting", "") == "csv" and
+           source.layout().delimiter == "\t" else "") + ".")
 
 
 def count_splits(splits, max_bad_fraction, cache_path, num_classes=0):

@@ -37,8 +37,16 @@ MAX_ROW_CHARS = 16 * 1024 * 1024
 csv.field_size_limit(MAX_ROW_CHARS)
 
 # Why a row was not used; 0 means it was. Counted per split in summary.json.
+# Ids are saved (stats.json, summary.json): new reasons are appended. The
+# last six are a tagged sentence's (`trainer.data.tagged`): a tag outside the
+# run's tag set, a CoNLL line with another column count than the file's
+# first, a CoNLL line with a word and no tag, a JSON line that is not an
+# object with a list of words and one of tags, lists of two lengths, an
+# empty word or one holding whitespace.
 REASONS = ("ok", "label_not_in_map", "label_not_a_number", "empty_text",
-           "malformed_row", "invalid_utf8", "field_too_long", "empty_text_pair")
+           "malformed_row", "invalid_utf8", "field_too_long", "empty_text_pair",
+           "tag_not_in_set", "column_count_differs", "word_without_tag",
+           "malformed_json", "tag_count_differs", "word_with_whitespace")
 OK, NOT_A_NUMBER, MALFORMED, INVALID_UTF8, TOO_LONG = 0, 2, 4, 5, 6
 _GZIP_MAGIC = b"\x1f\x8b"
 _UTF8_BOM = b"\xef\xbb\xbf"
@@ -375,19 +383,25 @@ def _fields(text_line, invalid, layout):
   return tuple(fields[i] for i in layout.text_indices), label, OK
 
 
-def scan_offsets(path, member, layout, max_marks=4096):
-  """One pass over the file: (index, line, byte offset) marks and the total
-  row count. Marks are every `stride`-th row, the stride doubling whenever
-  there are more than `max_marks`: memory stays O(max_marks) for any file."""
+def offset_marks(rows, max_marks=4096):
+  """(index, line, byte offset) marks of `rows` (each starting with those
+  three) and the total row count. Marks are every `stride`-th row, the
+  stride doubling whenever there are more than `max_marks`: memory stays
+  O(max_marks) for any file."""
   marks, stride, total = [], 1, 0
-  with open_binary(path, member) as f:
-    for index, line, offset, *_ in parse(f, layout):
-      if index % stride == 0:
-        marks.append((index, line, offset))
-        if len(marks) > max_marks:
-          marks, stride = marks[::2], stride * 2
-      total = index + 1
+  for index, line, offset, *_ in rows:
+    if index % stride == 0:
+      marks.append((index, line, offset))
+      if len(marks) > max_marks:
+        marks, stride = marks[::2], stride * 2
+    total = index + 1
   return marks, total
+
+
+def scan_offsets(path, member, layout, max_marks=4096):
+  """One pass over the file: its rows' `offset_marks`."""
+  with open_binary(path, member) as f:
+    return offset_marks(parse(f, layout), max_marks)
 
 
 def read_rows(path, member, layout, start=None, stop_index=None):

@@ -248,13 +248,7 @@ class FileSource:
     key = (self.path, self.member, layout, stripes)
     if key not in _STRIPES:
       marks, total = files.scan_offsets(self.path, self.member, layout)
-      indices = [m[0] for m in marks]
-      # For each stripe, the last mark at or before its ideal first row.
-      picks = sorted({
-          bisect.bisect_right(indices, k * total // stripes) - 1
-          for k in range(stripes)
-      })
-      _STRIPES[key] = ([marks[p] for p in picks if p >= 0], total)
+      _STRIPES[key] = (stripe_starts(marks, total, stripes), total)
     return _STRIPES[key]
 
   def chunks(self, stripes=1):
@@ -287,22 +281,41 @@ class FileSource:
       return finish(
           tf.data.Dataset.from_generator(rows, output_signature=signature))
     starts, total = self._stripe_starts(layout, stripes)
-    bounds = [s[0] for s in starts[1:]] + [total]
-
-    def stripe(k):
-      k = int(k)
-      return rows(starts[k], bounds[k])
-
-    # Round-robin over the stripes, one row from each in turn.
-    ds = tf.data.Dataset.range(len(starts)).interleave(
-        lambda k: tf.data.Dataset.from_generator(
-            stripe, args=(k,), output_signature=signature).unbatch(),
-        cycle_length=len(starts),
-        block_length=1)
-    return finish(ds.batch(_CHUNK))
+    return finish(striped(rows, signature, starts, total))
 
 
 _CHUNK = 512
+
+
+def stripe_starts(marks, total, stripes):
+  """Where each of `stripes` contiguous stretches of a file's `total` rows
+  begins: for each, the last of the (index, line, offset) `marks` at or
+  before its ideal first row (fewer stretches when marks coincide)."""
+  indices = [m[0] for m in marks]
+  picks = sorted({
+      bisect.bisect_right(indices, k * total // stripes) - 1
+      for k in range(stripes)
+  })
+  return [marks[p] for p in picks if p >= 0]
+
+
+def striped(rows, signature, starts, total):
+  """Chunks of rows read at each of `starts` in round-robin, one row from
+  each stretch in turn. `rows(start, stop_index)` yields chunks (tuples of
+  arrays, `signature`) of the rows from the mark `start` up to the row
+  `stop_index`; each stretch ends where the next begins."""
+  bounds = [s[0] for s in starts[1:]] + [total]
+
+  def stripe(k):
+    k = int(k)
+    return rows(starts[k], bounds[k])
+
+  ds = tf.data.Dataset.range(len(starts)).interleave(
+      lambda k: tf.data.Dataset.from_generator(
+          stripe, args=(k,), output_signature=signature).unbatch(),
+      cycle_length=len(starts),
+      block_length=1)
+  return ds.batch(_CHUNK)
 
 
 def _columns(rows):
