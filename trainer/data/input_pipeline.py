@@ -19,11 +19,16 @@ from trainer.foundation import features
 def usable_rows(split, stripes=1):
   """(text, label) of the usable rows, one element per row: text a string
   (one text field) or a [2] vector (a pair); label int32 (float32 for
-  regression)."""
+  regression), or for tagged sentences {"tags": the tag ids joined by
+  spaces, "index": the sentence's place in its source}."""
 
   def usable(chunk):
     mask = tf.equal(chunk["reason"], 0)
     texts = tf.boolean_mask(splits.one_text(chunk)["text"], mask)
+    if "tags" in chunk:  # tagged sentences: the tags and each one's place
+      return texts, dict(
+          tags=tf.boolean_mask(chunk["tags"], mask),
+          index=tf.boolean_mask(chunk["index"], mask))
     label = tf.boolean_mask(chunk["label"], mask)
     if not label.dtype.is_floating:
       label = tf.cast(label, tf.int32)

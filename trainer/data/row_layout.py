@@ -249,7 +249,9 @@ def _block(encode, batch, pad_rows, ladder, seq_length):
     features["length"] = lengths_of(features)
     for key in features_lib.IMPLIED_IN_ROWS:
       del features[key]
-    n = tf.shape(labels)[0]
+    # The encoded rows: more than the texts where eval cuts long tagged
+    # sentences into windows.
+    n = tf.shape(features["input_word_ids"])[0]
     count = (n + batch - 1) // batch if pad_rows else n // batch
     used = count * batch
     if pad_rows and "weight" not in features:  # tagging's is per token

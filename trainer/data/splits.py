@@ -17,6 +17,8 @@ import tensorflow as tf
 
 from trainer.data import files
 from trainer.data import sources
+from trainer.data import tag_sets
+from trainer.data import tagged_sources
 from trainer.foundation import config
 from trainer.foundation import errors
 from trainer.foundation import tasks
@@ -48,6 +50,7 @@ class DataSpec:
   header: str = config.default("header")
   quoting: str = config.default("quoting")
   label_map: str = config.default("label_map")
+  tag_column: int = config.default("tag_column")
   validation_fraction: float = config.default("validation_fraction")
   validation_fold: int = config.default("validation_fold")
   seed: int = config.default("seed")
@@ -207,6 +210,46 @@ def make_splits(task, data):
   return splits
 
 
+def tag_set(task):
+  """The `TagSet` of a tagging Task (its class names and scheme)."""
+  return tag_sets.TagSet(task.class_names, task.tag_scheme or "iob2")
+
+
+def tagged_source(task, data, path="", split="", tags=None):
+  """The source of tagged sentences of one file (`path`) or TFDS split
+  (`split`), read with the tag set `tags` (None: raw, for `read_tag_set`)."""
+  if path:
+    return tagged_sources.FileSource(path, tags, tag_column=data.tag_column)
+  return tagged_sources.TfdsSource(data.tfds_name, split, data.data_dir or None,
+                                   tags, task.text_fields[0], task.label_field)
+
+
+def _tagged_splits(task, data, carve):
+  """A tagging task's splits: the files' (validation carved from the
+  training file without --eval_file) or TFDS's."""
+  tags = tag_set(task)
+  if task.source == "tfds":
+    available = tfds_split_names(data) or {"train", "validation", "test"}
+    make = lambda split: tagged_source(task, data, split=split, tags=tags)
+    splits = (
+        dict(
+            train=Split("train", make("train")),
+            validation=Split("validation", make("validation")))
+        if "validation" in available else carve(make("train")))
+    if "test" in available:
+      splits["test"] = Split("test", make("test"))
+    return splits
+  make = lambda path: tagged_source(task, data, path=path, tags=tags)
+  splits = carve(make(data.train_file))
+  if data.eval_file:
+    splits = dict(
+        train=Split("train", make(data.train_file)),
+        validation=Split("validation", make(data.eval_file)))
+  if data.test_file:
+    splits["test"] = Split("test", make(data.test_file))
+  return splits
+
+
 def _make_splits(task, data):
   carved = (data.validation_fraction, data.seed, data.validation_fold)
 
@@ -215,6 +258,8 @@ def _make_splits(task, data):
         train=Split("train", source, False, *carved),
         validation=Split("validation", source, True, *carved))
 
+  if task.tagging:
+    return _tagged_splits(task, data, carve)
   if task.source == "tfds":
     return _tfds(task, data, carve)
   if task.source == "demo":

@@ -171,16 +171,72 @@ def windows(preprocessor, sentences, tags, seq_length):
   sentence = tf.cast(window.value_rowids(), tf.int32)
   # A window's global id: its sentence's windows come after the windows of
   # the sentences before it.
-  count = tf.reduce_max(window, axis=1) + 1
+  count = tf.cast(tf.reduce_max(window, axis=1) + 1, tf.int64)
   base = tf.math.cumsum(count, exclusive=True)
-  group = tf.gather(base, sentence) + window.flat_values
-  grouped = tf.RaggedTensor.from_value_rowids(
-      words.flat_values, group, nrows=tf.reduce_sum(count))
+  group = tf.gather(base, sentence) + tf.cast(window.flat_values, tf.int64)
+  m = tf.reduce_sum(count)
+  grouped = tf.RaggedTensor.from_value_rowids(words.flat_values, group, m)
   joined = tf.strings.reduce_join(grouped, axis=1, separator=" ")
-  window_tags = tf.RaggedTensor.from_value_rowids(
-      tags.flat_values, group, nrows=tf.reduce_sum(count))
+  window_tags = tf.RaggedTensor.from_value_rowids(tags.flat_values, group, m)
   position = tf.ragged.range(words.row_lengths()).flat_values
   first_word = tf.math.unsorted_segment_min(
-      tf.cast(position, tf.int32), group, tf.reduce_sum(count))
-  owner = tf.math.unsorted_segment_min(sentence, group, tf.reduce_sum(count))
+      tf.cast(position, tf.int32), group, m)
+  owner = tf.math.unsorted_segment_min(sentence, group, m)
   return joined, window_tags, owner, first_word
+
+
+def parse_tags(joined):
+  """string [n] of tag ids joined by single spaces (the tagged sources'
+  `tags`) -> int32 RaggedTensor [n, (words)]."""
+  return tf.strings.to_number(tf.strings.split(joined, sep=" "), tf.int32)
+
+
+def tagged(preprocessor, seq_length, windows_of_words=False):
+  """A tagging task's `encode` for the input pipeline's streams: (words
+  joined by spaces [n], {"tags": tag ids joined [n], "index": int64 [n]})
+  -> per-token features (`make_word_packer`'s, without `words_cut`).
+
+  Training truncates a sentence that does not fit to its whole words that
+  do. With `windows_of_words` (eval) a sentence is cut into windows of
+  whole words instead (`windows`), each a row of its own, and every token
+  also carries its sentence (`sentence`: the sentence's `index`) and for a
+  word's first piece its place in the sentence (`word`, else -1), so that
+  the eval scores every word once, in its sentence."""
+  pack = make_word_packer(preprocessor, seq_length)
+
+  def encode(sentences, labels):
+    tags = parse_tags(labels["tags"])
+    if not windows_of_words:
+      out = pack(sentences, tags)
+      del out["words_cut"]
+      return out
+    parts, part_tags, owner, first = windows(preprocessor, sentences, tags,
+                                             seq_length)
+    out = pack(parts, part_tags)
+    del out["words_cut"]
+    first_piece = out["weight"] > 0
+    within = tf.cast(tf.math.cumsum(out["weight"], axis=1), tf.int32) - 1
+    out["word"] = tf.where(first_piece, first[:, tf.newaxis] + within, -1)
+    sentence = tf.cast(tf.gather(labels["index"], owner), tf.int32)
+    out["sentence"] = tf.broadcast_to(sentence[:, tf.newaxis],
+                                      tf.shape(out["label"]))
+    return out
+
+  return encode
+
+
+def words_cut(split, preprocessor, seq_length):
+  """(words, words cut) of `split`'s usable sentences at `seq_length`: one
+  pass that tokenizes every sentence."""
+  pack = make_word_packer(preprocessor, seq_length)
+
+  def count(chunk):
+    usable = tf.equal(chunk["reason"], 0)
+    sentences = tf.boolean_mask(chunk["text"][:, 0], usable)
+    tags = parse_tags(tf.boolean_mask(chunk["tags"], usable))
+    cut = tf.reduce_sum(pack(sentences, tags)["words_cut"])
+    return tf.stack([tf.size(tags.values, tf.int64), tf.cast(cut, tf.int64)])
+
+  total = split.chunks().map(count).reduce(
+      tf.zeros([2], tf.int64), lambda a, b: a + b).numpy()
+  return int(total[0]), int(total[1])

@@ -135,6 +135,9 @@ def _check_labels(c):
     except LookupError:
       _fail("encoding", c.encoding, "not a codec Python knows (e.g. utf-8, "
             "iso-8859-1)")
+  if c.task == tasks.TAGGING:
+    _check_tags(c)
+    return
   names = tasks.class_names(c.label_names, c.num_classes)
   if len(names) != c.num_classes:
     _fail("label_names", c.label_names, f"give {c.num_classes} comma-"
@@ -160,6 +163,26 @@ def _check_labels(c):
       not re.fullmatch(r"[+-]?\d+", k) for k in label_map):
     _fail("label_map", c.label_map, "TFDS labels are class ids; map ids "
           "(e.g. 1:0,0:1), not names")
+
+
+def _check_tags(c):
+  """Tagging: words and tags come from the file (no label map, no pairs);
+  --label_names, if given, are the tag set (IOB2 names: the data's tags
+  are checked against it as they are read)."""
+  if c.label_map:
+    _fail(
+        "label_map", c.label_map, "tagging reads its tags by name; leave "
+        "--label_map unset (--label_names gives the tag set)")
+  for flag in ("text_column", "text_key"):
+    if len(getattr(c, flag).split(",")) > 1:
+      _fail(flag, getattr(c, flag), "tagging takes one sentence of words, "
+            "not a pair")
+  names = [n.strip() for n in c.label_names.split(",") if n.strip()]
+  if names and len(set(names)) != len(names):
+    _fail("label_names", c.label_names, "each tag once")
+  if c.tag_column < -1:
+    _fail("tag_column", c.tag_column, "give a 0-based column, or -1 for "
+          "the last")
 
 
 def _check_task(c):

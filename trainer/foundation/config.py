@@ -145,6 +145,14 @@ class Config:
       DEMO, "TF Hub BERT encoder: URL, gs:// path, local SavedModel folder, "
       "or 'demo' (built offline).")
   preprocessor_handle: str = _flag(DEMO, "Matching preprocessor, or 'demo'.")
+  task: str = _flag(
+      tasks.CLASSIFICATION, "What the run learns: classification (a class "
+      "per text or sentence pair; --num_classes=1: a score) or tagging (a "
+      "tag per word, e.g. named entities, from CoNLL or JSON-lines files or "
+      "TFDS conll2003; docs/tagging.md).", tasks.KINDS)
+  tag_column: int = _flag(
+      -1, "Tagging: the CoNLL column (0-based) that holds the tags (-1 = "
+      "the last).")
   tfds_name: str = _flag(
       "", "TFDS dataset, e.g. sentiment140. With neither this nor "
       "--train_file, the built-in demo text set is used.")
@@ -413,8 +421,9 @@ def complete(c, given=None, environ=None):
   task = tasks.tfds_task(
       c.tfds_name) if tasks.source_kind(c) == "tfds" else None
   if task:
+    known = dict(task=task.kind, eval_metrics=task.metrics)
     values.update({
-        k: getattr(task, "metrics" if k == "eval_metrics" else k)
+        k: known.get(k, getattr(task, k, None))
         for k in tasks.TASK_FIELDS
         if k not in given
     })

@@ -20,7 +20,14 @@ import re
 # always reported. Higher is better for all of them.
 CLASSIFICATION_METRICS = ("accuracy", "f1", "mcc")
 REGRESSION_METRICS = ("pearson", "spearman")
-METRICS = CLASSIFICATION_METRICS + REGRESSION_METRICS
+# Tagging's: entity-level micro F1, precision and recall over exact spans
+# (conlleval's), and accuracy over the words (`evaluation.tagging`).
+TAGGING_METRICS = ("f1", "precision", "recall", "accuracy")
+METRICS = CLASSIFICATION_METRICS + REGRESSION_METRICS + TAGGING_METRICS
+# What a run learns (--task): a class or score per text or pair, or a tag
+# per word.
+CLASSIFICATION, TAGGING = "classification", "tagging"
+KINDS = (CLASSIFICATION, TAGGING)
 
 
 def metric_key(split, metric):
@@ -53,6 +60,7 @@ class KnownTask:
   hidden_test_labels: bool = False
   # Its split names, used when TFDS does not know them before loading.
   splits: tuple = ()
+  kind: str = CLASSIFICATION
 
 
 _GLUE_SPLITS = ("train", "validation", "test")
@@ -100,6 +108,9 @@ TFDS_TASKS = {
         _glue("sentence1,sentence2", "entailment,not_entailment"),
     "glue/wnli":
         _glue("sentence1,sentence2", "not_entailment,entailment"),
+    # The tag set is read from the data (its ClassLabel names).
+    "conll2003":
+        KnownTask("tokens", "ner", 9, "", "f1", kind=TAGGING),
 }
 
 
@@ -108,16 +119,18 @@ def reportable():
   metric, and the known tasks' further validation splits (MNLI's
   mismatched_loss, mismatched_accuracy)."""
   names = reported(CLASSIFICATION_METRICS, False) + reported(
-      REGRESSION_METRICS, True)
+      REGRESSION_METRICS, True) + reported(TAGGING_METRICS, False)
   for known in TFDS_TASKS.values():
     names += reported(
-        parse_metrics(known.metrics, known.num_classes), known.num_classes == 1,
+        parse_metrics(known.metrics, known.num_classes, known.kind),
+        known.num_classes == 1 and known.kind == CLASSIFICATION,
         _validation_splits(known))
   return tuple(dict.fromkeys(names))
 
 
-# The fields a known task fills when the user left them unset.
-TASK_FIELDS = ("num_classes", "label_names", "eval_metrics")
+# The fields a known task fills when the user left them unset (`task` from
+# its `kind`, `eval_metrics` from its `metrics`).
+TASK_FIELDS = ("task", "num_classes", "label_names", "eval_metrics")
 
 
 def tfds_task(tfds_name):
@@ -126,23 +139,29 @@ def tfds_task(tfds_name):
   return TFDS_TASKS.get(tfds_name.split(":")[0])
 
 
-def default_metrics(num_classes):
+def default_metrics(num_classes, kind=CLASSIFICATION):
   """The metrics of a task that names none: accuracy; for regression
-  Pearson and Spearman."""
+  Pearson and Spearman; for tagging entity F1, precision and recall."""
+  if kind == TAGGING:
+    return "f1,precision,recall"
   return "pearson,spearman" if num_classes == 1 else "accuracy"
 
 
-def parse_metrics(spec, num_classes):
+def parse_metrics(spec, num_classes, kind=CLASSIFICATION):
   """'f1,accuracy' -> ("f1", "accuracy"); ValueError naming what is valid
   for this kind of task."""
-  valid = REGRESSION_METRICS if num_classes == 1 else CLASSIFICATION_METRICS
+  if kind == TAGGING:
+    valid, name = TAGGING_METRICS, "tagging"
+  elif num_classes == 1:
+    valid, name = REGRESSION_METRICS, "regression"
+  else:
+    valid, name = CLASSIFICATION_METRICS, "classification"
   names = tuple(m.strip() for m in spec.split(",") if m.strip())
   bad = [m for m in names if m not in valid]
   if bad or not names:
-    kind = "regression" if num_classes == 1 else "classification"
     raise ValueError(f"{', '.join(bad) or 'no metric'} is not a "
-                     f"{kind} metric; choose from {', '.join(valid)}")
-  if "f1" in names and num_classes != 2:
+                     f"{name} metric; choose from {', '.join(valid)}")
+  if "f1" in names and num_classes != 2 and kind != TAGGING:
     raise ValueError("f1 (of class 1) needs --num_classes=2")
   return names
 
@@ -215,7 +234,10 @@ class Task:
 
   `text_fields`: the TFDS features (`--text_key`, or the dataset's) or the
   file columns (`--text_column`): one, or two for a sentence pair.
-  `num_classes` 1 is a regression (float labels, one output).
+  `num_classes` 1 is a regression (float labels, one output). A tagging
+  task (`kind`) learns a tag per word: `class_names` are its tags (IOB2),
+  read from the training data at set-up unless --label_names gives them
+  (`tag_scheme`: "iob2", or "iob1" for data converted as read).
   """
 
   source: str
@@ -226,10 +248,17 @@ class Task:
   label_field: str = "label"
   hidden_test_labels: bool = False
   validation_splits: tuple = ("validation",)
+  kind: str = CLASSIFICATION
+  tag_scheme: str = ""
 
   @property
   def regression(self):
-    return self.num_classes == 1
+    return self.num_classes == 1 and self.kind == CLASSIFICATION
+
+  @property
+  def tagging(self):
+    """Whether a tag is learnt per word (else a class or score a text)."""
+    return self.kind == TAGGING
 
   @property
   def reported(self):
@@ -257,21 +286,27 @@ def resolve(c, source=None):
   """
   source = source or source_kind(c)
   known = tfds_task(c.tfds_name) if source == "tfds" else None
+  kind = getattr(c, "task", CLASSIFICATION)
   if source == "tfds":
     text_fields = tfds_text_fields(c.tfds_name, c.text_key)
     label = c.label_key or (known.label_key if known else "label")
   else:
     text_fields, label = _fields(c.text_column), c.label_column
+  names = class_names(c.label_names, c.num_classes)
+  if kind == TAGGING:
+    names = tuple(n for n in names if c.label_names)  # read later if none
   return Task(
       source=source,
       num_classes=c.num_classes,
-      class_names=class_names(c.label_names, c.num_classes),
+      class_names=names,
       metrics=parse_metrics(
-          c.eval_metrics or default_metrics(c.num_classes), c.num_classes),
+          c.eval_metrics or default_metrics(c.num_classes, kind), c.num_classes,
+          kind),
       text_fields=text_fields,
       label_field=label,
       hidden_test_labels=bool(known and known.hidden_test_labels),
-      validation_splits=_validation_splits(known))
+      validation_splits=_validation_splits(known),
+      kind=kind)
 
 
 def _validation_splits(known):

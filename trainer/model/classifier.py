@@ -14,6 +14,12 @@ from trainer.encoders import handles
 from trainer.encoders import placement
 
 
+def pooling_of(c):
+  """The head's pooling for Config `c`: `--pooling`, or "tokens" for a
+  tagging run (one logit vector per token)."""
+  return "tokens" if getattr(c, "task", "") == "tagging" else c.pooling
+
+
 def _hidden_size(encoder):
   v = handles.variable(encoder, r"pooler")
   if v is not None:

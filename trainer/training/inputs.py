@@ -18,6 +18,8 @@ from trainer.data import counts as counts_lib
 from trainer.data import input_pipeline
 from trainer.data import preprocessing
 from trainer.data import splits as splits_lib
+from trainer.data import tagged_sources
+from trainer.data import word_pieces
 from trainer.encoders import demo
 from trainer.encoders import handles
 from trainer.foundation import buckets as buckets_lib
@@ -40,7 +42,7 @@ def splits_and_counts(c, task, out):
   """The splits and their row counts (cached in `out`)."""
   splits = splits_lib.make_splits(task, data_spec(c, task))
   counts = counts_lib.count_splits(splits, c.max_bad_fraction, out.data_stats,
-                                   c.num_classes)
+                                   0 if task.tagging else c.num_classes)
   counts_lib.check_counts(splits, counts, c.validation_fraction)
   return splits, counts
 
@@ -176,6 +178,11 @@ class RunData:
   encode: object
   layout: layout_lib.Layout
   shuffle: str
+  eval_encode: object = None
+
+  def __post_init__(self):
+    if self.eval_encode is None:  # classification encodes evals alike
+      object.__setattr__(self, "eval_encode", self.encode)
 
 
 def resolve_data(c, task, out, saved, preprocessor, shuffle, replicas, rebuilt):
@@ -185,12 +192,73 @@ def resolve_data(c, task, out, saved, preprocessor, shuffle, replicas, rebuilt):
   encoder takes shared rows)."""
   splits, counts = splits_and_counts(c, task, out)
   counts_lib.check_same_data((saved or {}).get("data"), counts, c.model_dir)
-  encode = input_pipeline.labelled(
-      preprocessing.make_packer(preprocessor, c.seq_length))
+  if task.tagging:
+    encode = word_pieces.tagged(preprocessor, c.seq_length)
+    eval_encode = word_pieces.tagged(preprocessor, c.seq_length, True)
+    _log_words_cut(splits["train"], preprocessor, c.seq_length)
+  else:
+    encode = eval_encode = input_pipeline.labelled(
+        preprocessing.make_packer(preprocessor, c.seq_length))
   layout = resolve_layout(c, splits["train"], encode,
                           counts["train"]["rows_used"], out, saved, replicas,
                           rebuilt)
-  return RunData(splits, counts, encode, layout, shuffle)
+  return RunData(splits, counts, encode, layout, shuffle, eval_encode)
+
+
+def _log_words_cut(split, preprocessor, seq_length):
+  """Says how many training words a sentence longer than --seq_length
+  pieces loses (evals keep every word, in windows)."""
+  words, cut = word_pieces.words_cut(split, preprocessor, seq_length)
+  if cut:
+    logging.warning(
+        "Tagging: %d of the %d training words cut (sentences longer than "
+        "--seq_length=%d pieces train on the words that fit; evals score "
+        "every word, in windows)", cut, words, seq_length)
+  else:
+    logging.info(
+        "Tagging: every training sentence fits --seq_length=%d "
+        "(%d words)", seq_length, words)
+
+
+def resolve_tags(c, task, saved=None):
+  """(Config, Task) of a tagging run with its tag set resolved: as the run
+  resumed recorded it (config.json `saved`), else --label_names, else read
+  from the training data (`tagged_sources.read_tag_set`, which also tells
+  IOB1 data, converted as read). The Config's --num_classes and
+  --label_names become the tag count and names, so config.json records
+  them. Another kind of task passes through.
+
+  Raises:
+    ConfigError: a resume whose --label_names names another tag set.
+  """
+  if not task.tagging:
+    return c, task
+  given = tuple(n.strip() for n in c.label_names.split(",") if n.strip())
+  recorded = (saved or {}).get("task", {})
+  if recorded.get("class_names"):
+    names = tuple(recorded["class_names"])
+    scheme = recorded.get("tag_scheme") or "iob2"
+    if given and given != names:
+      raise errors.ConfigError(
+          f"--model_dir={c.model_dir} holds a tagging run with the tags "
+          f"{','.join(names)}, not --label_names={c.label_names}: resuming "
+          "would not continue that run. Use a new --model_dir, or leave "
+          "--label_names unset; nothing was changed")
+  else:
+    data = data_spec(c, task)
+    source = splits_lib.tagged_source(
+        task,
+        data,
+        path=data.train_file,
+        split="" if data.train_file else "train")
+    tag_set = tagged_sources.read_tag_set(source, given)
+    names, scheme = tag_set.names, tag_set.scheme
+    logging.info("Tagging: %d tags (%s), %s", len(names), ",".join(names),
+                 scheme.upper())
+  c = dataclasses.replace(
+      c, num_classes=len(names), label_names=",".join(names))
+  return c, dataclasses.replace(
+      task, class_names=names, num_classes=len(names), tag_scheme=scheme)
 
 
 def resolve_layout(c, split, encode, rows_used, out, saved, replicas, rebuilt):

@@ -25,6 +25,7 @@ from trainer.foundation import errors
 from trainer.foundation import layout as layout_lib
 from trainer.foundation import tasks
 from trainer.model import checkpoints
+from trainer.model import classifier as model_lib
 from trainer.model import optimization
 from trainer.model import train_state
 from trainer.runtime import distribute
@@ -161,7 +162,7 @@ def _state(c, strategy, encoder, plan, out, route):
       num_classes=c.num_classes,
       dropout_rate=c.dropout_rate,
       seed=c.seed,
-      pooling=c.pooling,
+      pooling=model_lib.pooling_of(c),
       schedule=optimization.WarmupLinearDecay(c.learning_rate, plan.total_steps,
                                               plan.warmup_steps),
       weight_decay=c.weight_decay,
@@ -260,7 +261,8 @@ def _trainer(c, strategy, state, route, data, plan, run):
           seed=c.seed,
           jit_compile=route.jit_compile,
           accumulation_steps=c.grad_accumulation_steps,
-          loss_scale=state.loss_scale))
+          loss_scale=state.loss_scale,
+          per_token=run.task.tagging))
   trainer = faults.wrap(
       trainer_lib.Trainer(state, loop, dataset, meta, data.layout))
   if plan.profile and run.chief:  # a worker's trace would be its own host's
@@ -275,18 +277,18 @@ def _evaluator(c, strategy, state, task, data):
     # Built at the first eval and iterated afresh at each (the pipeline's
     # maps are traced and the strategy's rewrite made once a run).
     return functools.cache(lambda: strategy.experimental_distribute_dataset(
-        input_pipeline.eval_groups(split, data.encode, data.layout)))
+        input_pipeline.eval_groups(split, data.eval_encode, data.layout)))
 
+  step = train_step.make_eval_step(state.model, c.num_classes, task.tagging)
   return trainer_lib.Evaluator(
-      train_step.make_eval_loop(
-          strategy, train_step.make_eval_step(state.model, c.num_classes),
-          c.num_classes), {
-              name: dataset(split)
-              for name, split in data.splits.items()
-              if name.startswith("validation") or name == "test"
-          },
+      train_step.make_eval_loop(strategy, step, c.num_classes, task.tagging), {
+          name: dataset(split)
+          for name, split in data.splits.items()
+          if name.startswith("validation") or name == "test"
+      },
       task.metrics,
-      weights=state.averaged)
+      weights=state.averaged,
+      class_names=task.class_names)
 
 
 def _actions(c, task, run, plan, state, evaluator, signals):
@@ -321,6 +323,8 @@ def _actions(c, task, run, plan, state, evaluator, signals):
 
 def _build(run, strategy, signals):
   """The rest of `setup`, once the run's folder is this process's."""
+  run.config, run.task = inputs.resolve_tags(
+      run.config, run.task, run_dir.read_json(run.shared.config_json))
   saved, run.config, shuffle = _resumed(run.config, run.shared)
   c, task = run.config, run.task
   preprocessor, encoder, route, rebuilt = encoder_setup.load_model(

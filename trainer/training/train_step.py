@@ -17,18 +17,29 @@ import numpy as np
 import tensorflow as tf
 
 from trainer.evaluation import metrics
+from trainer.evaluation import tagging
 from trainer.foundation import features
 
 
 def examples(batch):
   """(label, weight) of a batch's examples, as the logits come: [batch]
   each, or for shared rows one per slot [rows * slots], an empty slot's
-  weight 0. `weight` is None for a training batch at fixed shapes (every
+  weight 0; per token ([rows * seq_length]) where the labels are per token
+  (tagging). `weight` is None for a training batch at fixed shapes (every
   example real)."""
-  weight = batch.get("weight")
-  if not features.is_rows(batch):
-    return batch["label"], weight
-  return tf.reshape(batch["label"], [-1]), tf.reshape(weight, [-1])
+  label, weight = batch["label"], batch.get("weight")
+  if not features.is_rows(batch) and label.shape.rank == 1:
+    return label, weight
+  return tf.reshape(label, [-1]), tf.reshape(weight, [-1])
+
+
+def _flat_logits(logits):
+  """Per-token logits [rows, seq_length, classes] as [rows * seq_length,
+  classes], the way `examples` flattens their labels; others as they
+  are."""
+  if logits.shape.rank == 3:
+    return tf.reshape(logits, [-1, tf.shape(logits)[-1]])
+  return logits
 
 
 def _per_example_loss(logits, labels):
@@ -46,7 +57,8 @@ def make_train_step(model,
                     seed=0,
                     jit_compile=False,
                     accumulation_steps=1,
-                    loss_scale=None):
+                    loss_scale=None,
+                    per_token=False):
   """Returns step(batch) -> {"loss", "grad_norm", "applied"} for one replica.
 
   `loss` is this replica's share of the global mean loss (its per-example
@@ -70,6 +82,11 @@ def make_train_step(model,
       nothing and reports `applied` 0 and `grad_norm` 0, so the loop's mean
       norm (and the NaN rollback) sees only real steps. At scale 1 there is
       no scaling left to blame: a non-finite gradient there is reported.
+    per_token: the labels are per token (tagging): the loss is the
+      weighted pieces' cross-entropy summed and divided by the weighted
+      pieces of the GLOBAL batch (all replicas, all micro-batches: one
+      scalar all-reduce a step), so any replica count or
+      `accumulation_steps` gives the same update.
 
   Batch: dict with int32 `input_word_ids`, `input_mask`, `input_type_ids`
   [per_replica_batch, seq_length] and `label` [per_replica_batch]; or this
@@ -79,8 +96,8 @@ def make_train_step(model,
   """
   variables = model.trainable_variables
   k = accumulation_steps
-  forward_backward = _forward_backward(model, variables, global_batch_size,
-                                       loss_scale, jit_compile)
+  forward_backward = _forward_backward(model, variables, loss_scale,
+                                       jit_compile)
 
   def step(batch):
     ctx = tf.distribute.get_replica_context()
@@ -89,33 +106,40 @@ def make_train_step(model,
         tf.constant(seed, tf.int32) + replica,
         tf.cast(optimizer.iterations, tf.int32)
     ])
+    if per_token:
+      total = ctx.all_reduce(tf.distribute.ReduceOp.SUM,
+                             tf.reduce_sum(batch["weight"]))
+      denominator = tf.maximum(total, 1.0)
+    else:
+      denominator = tf.constant(float(global_batch_size))
     if k == 1:
-      loss, grads = forward_backward(batch, dropout_seed)
+      loss, grads = forward_backward(batch, dropout_seed, denominator)
     else:
       loss, grads = _accumulate(forward_backward, batch, dropout_seed, k,
-                                variables)
+                                variables, denominator)
     grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
     return dict(loss=loss, **_apply(optimizer, grads, loss_scale))
 
   return step
 
 
-def _forward_backward(model, variables, global_batch_size, loss_scale,
-                      jit_compile):
-  """(batch, dropout_seed) -> (this replica's loss, unscaled gradients)."""
+def _forward_backward(model, variables, loss_scale, jit_compile):
+  """(batch, dropout_seed, denominator) -> (this replica's loss, unscaled
+  gradients): the weighted per-example (or per-token) losses summed and
+  divided by `denominator` (the global batch size, or the global batch's
+  weighted tokens)."""
 
-  def forward_backward(batch, dropout_seed):
+  def forward_backward(batch, dropout_seed, denominator):
     with tf.GradientTape() as tape:
       logits = model(
           features.encoder_inputs(batch),
           training=True,
           dropout_seed=dropout_seed)
       label, weight = examples(batch)
-      per_example = _per_example_loss(logits, label)
+      per_example = _per_example_loss(_flat_logits(logits), label)
       if weight is not None:  # shared rows: empty slots count 0
         per_example *= weight
-      loss = tf.nn.compute_average_loss(
-          per_example, global_batch_size=global_batch_size)
+      loss = tf.reduce_sum(per_example) / denominator
       scaled = loss
       if loss_scale is not None:
         scale = loss_scale.scale.read_value()
@@ -148,7 +172,8 @@ def _apply(optimizer, grads, loss_scale):
       applied=1.0 - tf.cast(overflow, tf.float32))
 
 
-def _accumulate(forward_backward, batch, dropout_seed, k, variables):
+def _accumulate(forward_backward, batch, dropout_seed, k, variables,
+                denominator):
   """The summed loss and gradients of `batch` cut into `k` micro-batches,
   one after the other in a `tf.while_loop` (no Python state: it compiles
   for TPUs and XLA, and only one micro-batch's activations are alive at a
@@ -163,7 +188,8 @@ def _accumulate(forward_backward, batch, dropout_seed, k, variables):
 
   def body(i, loss, grads):
     part = {name: x[i] for name, x in micro.items()}
-    part_loss, part_grads = forward_backward(part, base + tf.stack([i, 0]))
+    part_loss, part_grads = forward_backward(part, base + tf.stack([i, 0]),
+                                             denominator)
     return (i + 1, loss + part_loss,
             [a + tf.convert_to_tensor(g) for a, g in zip(grads, part_grads)])
 
@@ -177,14 +203,30 @@ def _accumulate(forward_backward, batch, dropout_seed, k, variables):
 # What a regression eval gathers per example, beside its sums: Spearman's
 # correlation needs every prediction, not a sum.
 GATHERED = ("prediction", "label", "weight")
+# What a tagging eval gathers per token: entities are spans of words, so
+# each word's tag (its first piece's) is put back into its sentence on the
+# host (`sentence`: its sentence's place in the split; `word`: its place in
+# the sentence, -1 off a first piece).
+TAGGED = GATHERED + ("sentence", "word")
 
 
-def eval_layout(num_classes):
+def gathered(num_classes, per_token=False):
+  """What an eval gathers per example or token (`GATHERED`, `TAGGED`)."""
+  if per_token:
+    return TAGGED
+  return GATHERED if num_classes == 1 else ()
+
+
+def eval_layout(num_classes, per_token=False):
   """(name, shape) of what one eval pass sums: loss, correct and weight;
   the confusion counts [true, predicted]; for two classes the histograms of
   the positive class's probability for positive and negative examples
   (`metrics.PR_BUCKETS` buckets, the PR curve's data). A regression
-  (`num_classes=1`) sums loss and weight and gathers `GATHERED`."""
+  (`num_classes=1`) sums loss and weight and gathers `GATHERED`; tagging
+  (`per_token`) sums loss, correct and weight over the words and gathers
+  `TAGGED`."""
+  if per_token:
+    return [("loss_sum", ()), ("correct_sum", ()), ("weight_sum", ())]
   if num_classes == 1:
     return [("loss_sum", ()), ("weight_sum", ())]
   layout = [("loss_sum", ()), ("correct_sum", ()), ("weight_sum", ()),
@@ -201,19 +243,34 @@ def _pair_counts(true, index, size):
   return tf.transpose(tf.math.unsorted_segment_sum(true, index, size))
 
 
-def make_eval_step(model, num_classes):
+def make_eval_step(model, num_classes, per_token=False):
   """Returns step(batch) -> this replica's sums of `eval_layout`.
 
   Batch as for training plus float32 `weight` [per_replica_batch]: 1 for
   real examples, 0 for the padding that fills the last batch, so every eval
   example counts exactly once and shapes stay static. Counts are float32
-  sums of weights (exact up to 2**24 examples).
+  sums of weights (exact up to 2**24 examples). `per_token` (tagging):
+  the labels and weights are per token, and each token's prediction is
+  gathered with its `sentence` and `word` (`TAGGED`).
   """
 
   def step(batch):
-    logits = model(features.encoder_inputs(batch), training=False)
+    logits = _flat_logits(model(features.encoder_inputs(batch), training=False))
     label, weight = examples(batch)
     loss = _per_example_loss(logits, label)
+    if per_token:
+      predicted = tf.argmax(logits, axis=-1, output_type=tf.int32)
+      flat = lambda key: tf.cast(tf.reshape(batch[key], [-1]), tf.float32)
+      return dict(
+          loss_sum=tf.reduce_sum(loss * weight),
+          correct_sum=tf.reduce_sum(
+              tf.cast(tf.equal(predicted, label), tf.float32) * weight),
+          weight_sum=tf.reduce_sum(weight),
+          prediction=tf.cast(predicted, tf.float32),
+          label=tf.cast(label, tf.float32),
+          weight=weight,
+          sentence=flat("sentence"),
+          word=flat("word"))
     if num_classes == 1:
       return dict(
           loss_sum=tf.reduce_sum(loss * weight),
@@ -304,14 +361,14 @@ def make_train_loop(strategy, step):
   return train_loop
 
 
-def make_eval_loop(strategy, step, num_classes):
+def make_eval_loop(strategy, step, num_classes, per_token=False):
   """Returns eval_loop(group) -> the float32 sums of `eval_layout` over the
   real batches of a distributed eval group (`input_pipeline.eval_groups`);
   for a regression also `GATHERED`, each [the group's examples incl.
   padding] in order. Traced once per group shape (bucket or row count)."""
-  layout = eval_layout(num_classes)
+  layout = eval_layout(num_classes, per_token)
   sizes = [int(np.prod(shape, dtype=np.int64)) for _, shape in layout]
-  gathered = GATHERED if num_classes == 1 else ()
+  gathered_ = gathered(num_classes, per_token)
 
   def replica_step(group, i):
     return step(batch_of(group, i))
@@ -327,7 +384,7 @@ def make_eval_loop(strategy, step, num_classes):
             dynamic_size=True,
             infer_shape=False,
             element_shape=tf.TensorShape([None]))  # concat of none: [0]
-        for _ in gathered)
+        for _ in gathered_)
     count = group_count(strategy, group)
 
     def body(i, totals, arrays):
@@ -339,7 +396,7 @@ def make_eval_loop(strategy, step, num_classes):
       ], 0)
       arrays = tuple(
           a.write(i, tf.cast(strategy.gather(out[name], axis=0), tf.float32))
-          for a, name in zip(arrays, gathered))
+          for a, name in zip(arrays, gathered_))
       return i + 1, totals, arrays
 
     _, totals, arrays = tf.while_loop(lambda i, *_: i < count, body,
@@ -349,10 +406,10 @@ def make_eval_loop(strategy, step, num_classes):
         name: tf.reshape(part, shape)
         for (name, shape), part in zip(layout, parts)
     }
-    result.update({name: a.concat() for a, name in zip(arrays, gathered)})
+    result.update({name: a.concat() for a, name in zip(arrays, gathered_)})
     return result
 
-  eval_loop.layout, eval_loop.gathered = layout, gathered
+  eval_loop.layout, eval_loop.gathered = layout, gathered_
   return eval_loop
 
 
@@ -368,16 +425,18 @@ def _sum_groups(eval_loop, groups):
     for key, value in out.items():
       totals[key] = (
           np.concatenate([totals[key], value])
-          if key in GATHERED else totals[key] + value)
+          if key in eval_loop.gathered else totals[key] + value)
   return totals
 
 
-def evaluate(eval_loop, groups, metric_names=("accuracy",)):
+def evaluate(eval_loop, groups, metric_names=("accuracy",), class_names=()):
   """One eval pass over a distributed dataset of eval groups: mean loss, the
   example count and `metric_names` (`metrics.from_confusion` /
   `from_scores`); for classification also accuracy, the confusion matrix
   (int counts, rows: true class) and, for two classes, the PR histograms
-  (`histograms`: positive, negative)."""
+  (`histograms`: positive, negative); for tagging (`TAGGED` gathered,
+  `class_names` the tags) entity F1, precision and recall, token accuracy
+  and `per_type` (`evaluation.tagging`), `examples` the sentences."""
   totals = _sum_groups(eval_loop, groups)
   if totals is None:  # an empty split: the sums of no batch
     totals = {k: np.zeros(shape, np.float32) for k, shape in eval_loop.layout}
@@ -386,6 +445,9 @@ def evaluate(eval_loop, groups, metric_names=("accuracy",)):
   out = dict(
       loss=float(totals["loss_sum"]) / n,
       examples=int(round(float(totals["weight_sum"]))))
+  if "sentence" in totals:
+    out.update(_tagging(totals, class_names))
+    return out
   if "prediction" in totals:
     real = totals["weight"] > 0
     out.update(
@@ -403,3 +465,28 @@ def evaluate(eval_loop, groups, metric_names=("accuracy",)):
         np.rint(totals[k]).astype(np.int64)
         for k in ("positive_histogram", "negative_histogram"))
   return out
+
+
+def _tagging(totals, class_names):
+  """The tagging metrics of an eval's gathered tokens: each sentence's
+  words put back in order (by `sentence` and `word`), their gold and
+  predicted tags scored (`evaluation.tagging`)."""
+  real = totals["weight"] > 0
+  sentence = totals["sentence"][real].astype(np.int64)
+  word = totals["word"][real].astype(np.int64)
+  order = np.lexsort((word, sentence))
+  sentence, names = sentence[order], np.asarray(class_names, dtype=object)
+  gold = names[totals["label"][real][order].astype(np.int64)]
+  predicted = names[totals["prediction"][real][order].astype(np.int64)]
+  cuts = np.flatnonzero(np.diff(sentence)) + 1
+  report = tagging.tagging_metrics(
+      [list(g) for g in np.split(gold, cuts)] if len(gold) else [],
+      [list(p) for p in np.split(predicted, cuts)] if len(gold) else [])
+  return dict(
+      f1=report["f1"],
+      precision=report["precision"],
+      recall=report["recall"],
+      accuracy=report["accuracy"],
+      examples=report["sentences"],
+      words=report["tokens"],
+      per_type=report["per_type"])

@@ -166,13 +166,20 @@ class Evaluator:
       iterated afresh by each eval)}; "validation", and for MNLI
       "validation_mismatched" beside it.
     metric_names: what evals report beside loss (the Task's metrics).
+    class_names: the Task's classes (a tagging eval's tags, by id).
     weights: a context in which the model holds the weights to evaluate
       (default: as they are).
   """
 
-  def __init__(self, eval_loop, datasets, metric_names, weights=None):
+  def __init__(self,
+               eval_loop,
+               datasets,
+               metric_names,
+               weights=None,
+               class_names=()):
     self._eval_loop, self.datasets = eval_loop, datasets
     self.metric_names = tuple(metric_names)
+    self.class_names = tuple(class_names)
     self._weights = weights or contextlib.nullcontext
 
   def evaluate_split(self, name, averaged=True):
@@ -181,7 +188,7 @@ class Evaluator:
     unless not `averaged` (the raw weights)."""
     with self._weights() if averaged else contextlib.nullcontext():
       return train_step.evaluate(self._eval_loop, self.datasets[name](),
-                                 self.metric_names)
+                                 self.metric_names, self.class_names)
 
   def evaluate(self, averaged=True):
     """Validation's metrics, and beside them those of each other validation
