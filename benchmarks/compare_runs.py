@@ -37,8 +37,20 @@ def _json(model_dir, name):
 
 
 def _differing(a, b, skip=()):
-  return sorted(
-      k for k in set(a) | set(b) if k not in skip and a.get(k) != b.get(k))
+  """The keys whose values differ, a level down inside dicts ("config.seed");
+  a key only one side has is marked "(only A)" or "(only B)": a field
+  added since is not a change of what it held."""
+  out = []
+  for k in sorted(set(a) | set(b)):
+    if k in skip or a.get(k) == b.get(k):
+      continue
+    if k not in b or k not in a:
+      out.append(f"{k} (only {'A' if k in a else 'B'})")
+    elif isinstance(a[k], dict) and isinstance(b[k], dict):
+      out += [f"{k}.{inner}" for inner in _differing(a[k], b[k])]
+    else:
+      out.append(k)
+  return out
 
 
 def compare(run_a, run_b):
@@ -56,11 +68,18 @@ def compare(run_a, run_b):
   for c in configs:
     c["config"].pop("model_dir", None)
   config = _differing(*configs)
-  return [("checkpoint", tensors),
-          ("summary.json",
-           "identical" if not summary else "differ: " + ", ".join(summary)),
-          ("config.json",
-           "identical" if not config else "differ: " + ", ".join(config))]
+  return [("checkpoint", tensors), ("summary.json", _verdict(summary)),
+          ("config.json", _verdict(config))]
+
+
+def _verdict(keys):
+  """'identical', 'identical but fields only one run has: ...', or the
+  keys that differ."""
+  changed = [k for k in keys if not k.endswith(")")]
+  if changed:
+    return "differ: " + ", ".join(keys)
+  return "identical" + (f" (fields only one run has: {', '.join(keys)})"
+                        if keys else "")
 
 
 def main():

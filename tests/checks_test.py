@@ -68,8 +68,8 @@ def test_batch_not_divisible_by_replicas():
          "multi_worker_mirrored"),
         ("early_stopping_metric", "eval/f2",
          "choose one of eval/loss, eval/accuracy, eval/f1, eval/mcc, "
-         "eval/pearson, eval/spearman, eval/mismatched_loss, "
-         "eval/mismatched_accuracy"),
+         "eval/pearson, eval/spearman, eval/precision, eval/recall, "
+         "eval/mismatched_loss, eval/mismatched_accuracy"),
         ("early_stopping_metric", "eval/f1",
          "evals report eval/loss, eval/accuracy (--eval_metrics)"),
         ("eval_metrics", "pearson", "pearson is not a classification metric; "

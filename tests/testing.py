@@ -120,6 +120,11 @@ def write_csv(path, rows):
     w.writerows(rows)
 
 
+def split_of(source, name="train"):
+  """A whole Split of `source`."""
+  return splits_lib.Split(name, source)
+
+
 def split(path, label_map=None):
   """The "train" Split of the text,label CSV file at `path` (labels 0, 1)."""
   return splits_lib.Split(

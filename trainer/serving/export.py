@@ -393,6 +393,10 @@ def export_run(model_dir,
   assets from `demo_cache_dir` when given.
   """
   c = read_run_config(model_dir)
+  if c.task == tasks.TAGGING:
+    raise ExportError(
+        f"--model_dir={model_dir} is a tagging run, which this trainer does "
+        "not export yet: its checkpoints hold the model (docs/tagging.md)")
   c = dataclasses.replace(
       c,
       checkpoint_dir=checkpoint_dir,

@@ -1,0 +1,368 @@
+"""Tagging (named entities): words to pieces, the per-token loss, shared
+rows as twins of fixed shapes, the eval over whole sentences, and a run
+end to end, on the demo encoder and small CoNLL files."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_hub as hub
+
+from conftest import tiny_config
+import testing
+from trainer.data import input_pipeline
+from trainer.data import tagged_sources
+from trainer.data import word_pieces
+from trainer.evaluation import tagging as tagging_metrics
+from trainer.foundation import errors
+from trainer.model import classifier as model_lib
+from trainer.model import optimization
+from trainer.training import launch
+from trainer.training import train_lib
+from trainer.training import train_step
+
+TAGS = ("O", "B-LOC", "I-LOC", "B-PER", "I-PER")
+# Words of the demo vocabulary (pieces of one to five letters).
+WORDS = ("good", "movie", "bad", "plot", "great", "acting", "a", "the",
+         "really", "not")
+
+
+def _sentences(n, seed=0, longest=9):
+  """`n` seeded sentences of 1 to `longest` words, IOB2 tags."""
+  rng = np.random.default_rng(seed)
+  out = []
+  for _ in range(n):
+    words = [str(rng.choice(WORDS)) for _ in range(rng.integers(1, longest))]
+    tags, inside = [], None
+    for _ in words:
+      kind = rng.choice(["O", "LOC", "PER"], p=[0.6, 0.2, 0.2])
+      if kind == "O":
+        tags.append("O")
+        inside = None
+      elif inside == kind and rng.random() < 0.5:
+        tags.append(f"I-{kind}")
+      else:
+        tags.append(f"B-{kind}")
+        inside = kind
+    out.append((words, tags))
+  return out
+
+
+def write_conll(path, sentences):
+  """A CoNLL file (word, a POS column, the tag) of `sentences`."""
+  lines = []
+  for words, tags in sentences:
+    lines += [f"{w} NN {t}" for w, t in zip(words, tags)] + [""]
+  with open(path, "w", encoding="utf-8") as f:
+    f.write("\n".join(lines) + "\n")
+  return str(path)
+
+
+def _encoded(preprocessor, sentences, seq_length, windows=False):
+  ids = {t: i for i, t in enumerate(TAGS)}
+  texts = tf.constant([" ".join(w) for w, _ in sentences])
+  labels = dict(
+      tags=tf.constant(
+          [" ".join(str(ids[t]) for t in ts) for _, ts in sentences]),
+      index=tf.range(len(sentences), dtype=tf.int64))
+  return word_pieces.tagged(preprocessor, seq_length, windows)(texts, labels)
+
+
+@pytest.fixture(scope="module")
+def preprocessor(demo_paths):
+  return hub.load(demo_paths["preprocessor"])
+
+
+def _pieces(preprocessor, word):
+  return preprocessor.tokenize(tf.constant([word])).merge_dims(
+      1, 2)[0].numpy().tolist()
+
+
+def test_each_word_is_tagged_on_its_first_piece(preprocessor):
+  """[CLS] the pieces of each word [SEP], padding; a word's tag on its first
+  piece (weight 1), 0 and weight 0 on its other pieces, [CLS], [SEP] and
+  padding; a word of no piece (a control character) gets the unknown piece,
+  so it is still tagged; whole words only: a sentence that does not fit
+  keeps its words that do, and counts the ones cut."""
+  pieces = {w: _pieces(preprocessor, w) for w in ("acting", "the", "plot")}
+  assert len(pieces["acting"]) > 1  # several pieces: the test needs one
+  pack = word_pieces.make_word_packer(preprocessor, 16)
+  out = pack(
+      tf.constant(["acting the", "plot \x07 the", "acting acting acting"]),
+      tf.ragged.constant([[3, 4], [1, 0, 2], [3, 4, 4]], tf.int32))
+  cls, sep, unk = 2, 3, _pieces(preprocessor, "\ue000")
+  assert len(unk) == 1
+  first = [cls] + pieces["acting"] + pieces["the"] + [sep]
+  second = [cls] + pieces["plot"] + unk + pieces["the"] + [sep]
+  ids = out["input_word_ids"].numpy().tolist()
+  assert ids[0] == first + [0] * (16 - len(first))
+  assert ids[1] == second + [0] * (16 - len(second))
+  n = len(pieces["acting"])
+
+  def tagged(words, tags):
+    """The label row and weight row of words of these pieces and tags."""
+    label, weight = [0], [0.0]
+    for word, tag in zip(words, tags):
+      label += [tag] + [0] * (len(word) - 1)
+      weight += [1.0] + [0.0] * (len(word) - 1)
+    pad = 16 - len(label)
+    return label + [0] * pad, weight + [0.0] * pad
+
+  for row, (words, tags) in enumerate([
+      ((pieces["acting"], pieces["the"]), (3, 4)),
+      ((pieces["plot"], unk, pieces["the"]), (1, 0, 2)),
+  ]):
+    label, weight = tagged(words, tags)
+    assert out["label"].numpy()[row].tolist() == label
+    assert out["weight"].numpy()[row].tolist() == weight
+  weights = out["weight"].numpy().tolist()
+  kept = 14 // n  # whole "acting"s within 16 - 2 pieces
+  assert out["words_cut"].numpy().tolist() == [0, 0, 3 - kept]
+  assert sum(weights[2]) == kept
+  assert out["input_mask"].numpy().sum(axis=1).tolist() == [
+      len(first), len(second), 2 + kept * n
+  ]
+
+
+def test_windows_score_every_word_once_in_order(preprocessor):
+  """Eval windows: consecutive whole words, each within --seq_length - 2
+  pieces; every word of every sentence is a first piece exactly once, with
+  its sentence and its place in it."""
+  sentences = _sentences(40, seed=1, longest=30)
+  seq_length = 16
+  out = {
+      k: v.numpy()
+      for k, v in _encoded(preprocessor, sentences, seq_length, True).items()
+  }
+  assert out["input_word_ids"].shape[0] > len(sentences)  # windows made
+  real = out["weight"] > 0
+  got = sorted(zip(out["sentence"][real].tolist(), out["word"][real].tolist()))
+  want = [(i, j)
+          for i, (words, _) in enumerate(sentences)
+          for j in range(len(words))]
+  assert got == want
+  ids = {t: i for i, t in enumerate(TAGS)}
+  tag_of = {
+      (i, j): ids[t] for i, (_, ts) in enumerate(sentences)
+      for j, t in enumerate(ts)
+  }
+  labels = out["label"][real].tolist()
+  assert [
+      tag_of[k]
+      for k in zip(out["sentence"][real].tolist(), out["word"][real].tolist())
+  ] == labels
+  assert (out["word"][~real] == -1).all()
+
+
+def _tag_batches(preprocessor, sentences, size, seq_length):
+  ids = {t: i for i, t in enumerate(TAGS)}
+  encode = word_pieces.tagged(preprocessor, seq_length)
+  out = []
+  for start in range(0, len(sentences), size):
+    part = sentences[start:start + size]
+    out.append(
+        encode(
+            tf.constant([" ".join(w) for w, _ in part]),
+            dict(
+                tags=tf.constant(
+                    [" ".join(str(ids[t]) for t in ts) for _, ts in part]),
+                index=tf.zeros([len(part)], tf.int64))))
+  return out
+
+
+def _train_tagger(strategy, encoder_path, batches, accumulation_steps=1):
+  with strategy.scope():
+    model = model_lib.Classifier(
+        hub.load(encoder_path),
+        len(TAGS),
+        dropout_rate=0.0,
+        seed=3,
+        pooling="tokens")
+    opt = optimization.AdamW(model.trainable_variables,
+                             optimization.WarmupLinearDecay(1e-3, 10, 2))
+  step = train_step.make_train_step(
+      model,
+      opt,
+      int(batches[0]["label"].shape[0]),
+      accumulation_steps=accumulation_steps,
+      per_token=True)
+
+  @tf.function
+  def run(batch):
+    out = strategy.run(step, args=(batch,))
+    return strategy.reduce(tf.distribute.ReduceOp.SUM, out["loss"], axis=None)
+
+  losses = []
+  for batch in batches:
+    dist = iter(
+        strategy.experimental_distribute_dataset(
+            tf.data.Dataset.from_tensors(batch)))
+    losses.append(float(run(next(dist))))
+  return losses, [v.numpy() for v in model.trainable_variables]
+
+
+@pytest.fixture(scope="module")
+def strategies():
+  """One replica and two (reduced through one device, as train_step_test's
+  are)."""
+  return (tf.distribute.OneDeviceStrategy("/cpu:0"),
+          tf.distribute.MirroredStrategy(
+              ["/cpu:0", "/cpu:1"],
+              cross_device_ops=tf.distribute.ReductionToOneDevice()))
+
+
+@pytest.mark.core
+def test_the_loss_counts_the_global_batchs_words(preprocessor,
+                                                 no_dropout_encoder,
+                                                 strategies):
+  """The cross-entropy of the tagged pieces over the weighted pieces of
+  the WHOLE batch: 1 replica, and 2 replicas each accumulating 2
+  micro-batches, whose parts hold different numbers of words, give the
+  same losses and weights (a per-replica or per-micro-batch mean would
+  not)."""
+  sentences = _sentences(24, seed=2)
+  batches = _tag_batches(preprocessor, sentences, 8, 16)
+  quarters = [
+      float(tf.reduce_sum(b["weight"][i * 2:(i + 1) * 2]))
+      for b in batches[:1]
+      for i in range(4)
+  ]
+  assert len(set(quarters)) > 1, quarters  # unequal parts: the test bites
+  one, two = strategies
+  loss1, w1 = _train_tagger(one, no_dropout_encoder, batches)
+  loss2, w2 = _train_tagger(two, no_dropout_encoder, batches, 2)
+  np.testing.assert_allclose(loss1, loss2, atol=1e-5)
+  assert loss1[0] != loss1[-1]
+  for a, b in zip(w1, w2):
+    np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def _stream_training(strategy, encoder_path, split, preprocessor, rows):
+  """2 epochs of `split` at seq 16, batches of 6, in shared rows of
+  `rows` (the encoder rebuilt, as a run does) or fixed shapes."""
+  encode = word_pieces.tagged(preprocessor, 16)
+  spe = 30 // 6
+  groups = input_pipeline.train_groups(
+      split,
+      encode,
+      testing.layout((16,), 6, 2, rows),
+      spe,
+      seed=1,
+      shuffle_buffer=64)
+  with strategy.scope():
+    encoder = hub.load(encoder_path)
+    if rows:
+      from trainer.encoders import native  # pylint: disable=g-import-not-at-top
+      encoder = native.NativeEncoder.load(encoder)
+    model = model_lib.Classifier(
+        encoder, len(TAGS), dropout_rate=0.0, seed=3, pooling="tokens")
+    opt = optimization.AdamW(model.trainable_variables,
+                             optimization.WarmupLinearDecay(1e-3, 2 * spe, 2))
+  loop = train_step.make_train_loop(
+      strategy, train_step.make_train_step(model, opt, 6, per_token=True))
+  shapes, done = set(), 0
+  for group in strategy.experimental_distribute_dataset(groups):
+    count = int(train_step.group_count(strategy, group))
+    ids = strategy.experimental_local_results(group["input_word_ids"])[0]
+    shapes.add(ids.shape[0] * strategy.num_replicas_in_sync)
+    loop(group, tf.constant(0), tf.constant(count))
+    done += count
+    if done >= 2 * spe:
+      break
+  return [v.numpy() for v in model.trainable_variables], shapes
+
+
+@pytest.mark.core
+def test_shared_rows_train_the_tagger_of_fixed_shapes(tmp_path, preprocessor,
+                                                      no_dropout_encoder,
+                                                      strategies):
+  """Dropout off: 2 epochs of tagged sentences in shared rows on 2 replicas
+  give the weights of fixed shapes on 1: per-token labels and weights
+  follow their tokens into rows."""
+  path = write_conll(tmp_path / "t.txt", _sentences(30, seed=3))
+  tag_set = tagged_sources.read_tag_set(tagged_sources.FileSource(path), TAGS)
+  split = testing.split_of(tagged_sources.FileSource(path, tag_set))
+  one, two = strategies
+  fixed, _ = _stream_training(one, no_dropout_encoder, split, preprocessor,
+                              None)
+  shared, shapes = _stream_training(two, no_dropout_encoder, split,
+                                    preprocessor, (2, 4))
+  assert shapes & {2, 4}  # rows were shared
+  for a, b in zip(shared, fixed):
+    np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_a_tagging_run_scores_entities_and_keeps_its_tags(tmp_path, demo_paths):
+  """A run on a CoNLL file (validation carved from it) reports entity F1,
+  precision, recall and word accuracy equal to `evaluation.tagging` on its
+  own predictions' counts; config.json records the tag set read from the
+  data; a resume that names other tags is refused in one line, the folder
+  unchanged."""
+  path = write_conll(tmp_path / "train.txt", _sentences(400, seed=4))
+  c = tiny_config(
+      tmp_path / "run",
+      demo_paths["root"],
+      task="tagging",
+      train_file=path,
+      seq_buckets="none",
+      eval_metrics="",
+      validation_fraction=0.2)
+  summary = train_lib.fit(c)
+  for key in ("eval_f1", "eval_precision", "eval_recall", "eval_accuracy"):
+    assert 0.0 <= summary[key] <= 1.0, key
+  record = json.load(open(os.path.join(c.model_dir, "config.json")))
+  assert record["task"]["kind"] == "tagging"
+  assert tuple(record["task"]["class_names"]) == ("O", "B-LOC", "I-LOC",
+                                                  "B-PER", "I-PER")
+  assert record["config"]["num_classes"] == 5
+  before = {
+      name: open(os.path.join(c.model_dir, name), "rb").read()
+      for name in ("config.json", "summary.json", "train.log")
+  }
+  other = tiny_config(
+      tmp_path / "run",
+      demo_paths["root"],
+      task="tagging",
+      train_file=path,
+      seq_buckets="none",
+      label_names="O,B-PER,I-PER,B-LOC,I-LOC",
+      validation_fraction=0.2,
+      train_steps=12)
+  with pytest.raises(errors.ConfigError, match="not --label_names="):
+    launch.setup(other)
+  for name, data in before.items():
+    assert open(os.path.join(c.model_dir, name), "rb").read() == data
+
+
+def test_the_entity_scores_match_the_metric_module(preprocessor):
+  """`train_step.evaluate`'s tagging path puts each word back in its
+  sentence: scoring gathered tokens (shuffled, as shared rows and windows
+  leave them) equals scoring the sentences directly."""
+  sentences = _sentences(50, seed=5, longest=20)
+  rng = np.random.default_rng(6)
+  ids = {t: i for i, t in enumerate(TAGS)}
+  tokens = [(i, j, ids[t], int(rng.integers(len(TAGS))))
+            for i, (_, ts) in enumerate(sentences)
+            for j, t in enumerate(ts)]
+  rng.shuffle(tokens)
+  sentence, word, gold, predicted = (
+      np.array(x, np.float32) for x in zip(*tokens))
+  padding = np.zeros(7, np.float32)
+  totals = dict(
+      sentence=np.concatenate([sentence, padding]),
+      word=np.concatenate([word, padding - 1]),
+      label=np.concatenate([gold, padding]),
+      prediction=np.concatenate([predicted, padding]),
+      weight=np.concatenate([np.ones_like(gold), padding]))
+  got = train_step._tagging(totals, TAGS)  # pylint: disable=protected-access
+  by_sentence = {}
+  for i, j, g, p in sorted(tokens):
+    by_sentence.setdefault(i, ([], []))
+    by_sentence[i][0].append(TAGS[g])
+    by_sentence[i][1].append(TAGS[p])
+  want = tagging_metrics.tagging_metrics([g for g, _ in by_sentence.values()],
+                                         [p for _, p in by_sentence.values()])
+  assert got["f1"] == want["f1"] and got["accuracy"] == want["accuracy"]
+  assert got["examples"] == 50 and got["per_type"] == want["per_type"]
