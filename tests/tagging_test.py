@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_hub as hub
 
+from conftest import invoke
 from conftest import tiny_config
 import testing
 from trainer.data import input_pipeline
@@ -366,3 +367,24 @@ def test_the_entity_scores_match_the_metric_module(preprocessor):
                                          [p for _, p in by_sentence.values()])
   assert got["f1"] == want["f1"] and got["accuracy"] == want["accuracy"]
   assert got["examples"] == 50 and got["per_type"] == want["per_type"]
+
+
+def test_the_wrong_task_for_a_file_is_one_line(tmp_path):
+  """Classification on a CoNLL file, and tagging on a CSV of texts and
+  labels: each one line naming the mismatch and the flag that fits."""
+  conll = write_conll(tmp_path / "t.txt", _sentences(4, seed=7))
+  csv = tmp_path / "t.csv"
+  testing.write_csv(csv, [("good movie", 1), ("bad plot", 0)])
+  wrong = invoke("main", f"--train_file={conll}",
+                 f"--model_dir={tmp_path / 'a'}")
+  assert wrong.returncode == 2
+  assert wrong.stderr.strip().splitlines()[-1].endswith(
+      "It looks like a CoNLL file of tagged words (a word and its tag a "
+      "line): train it with --task=tagging")
+  wrong = invoke("main", "--task=tagging", f"--train_file={csv}",
+                 f"--model_dir={tmp_path / 'b'}")
+  assert wrong.returncode == 2
+  assert wrong.stderr.strip().splitlines()[-1].endswith(
+      "has one column: CoNLL lines hold a word and its tag (the tag last); "
+      "it reads as a CSV/TSV of texts and labels, which "
+      "--task=classification trains")

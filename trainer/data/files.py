@@ -136,9 +136,22 @@ def _resolve_column(value, header, flag, path):
     return header.index(value)
   if value.isdigit():
     return int(value)
+  hint = "Give a column name or a 0-based index"
+  if len(header) == 1 and _looks_tagged(header[0]):
+    hint = ("It looks like a CoNLL file of tagged words (a word and its tag "
+            "a line): train it with --task=tagging")
   raise DataError(
       f"{path}: no column {value!r} ({flag}); the header has {_show(header)}. "
-      "Give a column name or a 0-based index")
+      f"{hint}")
+
+
+def _looks_tagged(line):
+  """Whether a file's first line reads as CoNLL's (whitespace columns, the
+  last an IOB tag), not a header: the message of a classification run on
+  a tagging file."""
+  fields = line.split()
+  return len(fields) >= 2 and (fields[-1] == "O" or
+                               fields[-1][:2] in ("B-", "I-"))
 
 
 # Bytes no text holds (C0 controls but tab, newlines, form feed; DEL), and

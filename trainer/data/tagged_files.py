@@ -119,10 +119,13 @@ def detect_layout(path,
                     f"{len(sample):,} bytes (only -DOCSTART- lines)")
   width = len(fields)
   if width < 2:
+    delimited = any(c in fields[0] for c in ",\t") if fields else False
+    hint = ("; it reads as a CSV/TSV of texts and labels, which "
+            "--task=classification trains" if delimited else "")
     raise DataError(
         f"{path}: line {number} ({' '.join(fields)[:80]!r}), the first word "
         "line, has one column: CoNLL lines hold a word and its tag (the tag "
-        "last)")
+        f"last){hint}")
   index = tag_column if tag_column >= 0 else width + tag_column
   if not 1 <= index < width:
     raise DataError(
