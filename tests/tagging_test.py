@@ -14,9 +14,12 @@ from conftest import invoke
 from conftest import tiny_config
 import testing
 from trainer.data import input_pipeline
+from trainer.data import row_layout
 from trainer.data import tagged_sources
 from trainer.data import word_pieces
+from trainer.encoders import native
 from trainer.evaluation import tagging as tagging_metrics
+from trainer.foundation import features as features_lib
 from trainer.foundation import errors
 from trainer.model import classifier as model_lib
 from trainer.model import optimization
@@ -255,7 +258,6 @@ def _stream_training(strategy, encoder_path, split, preprocessor, rows):
   with strategy.scope():
     encoder = hub.load(encoder_path)
     if rows:
-      from trainer.encoders import native  # pylint: disable=g-import-not-at-top
       encoder = native.NativeEncoder.load(encoder)
     model = model_lib.Classifier(
         encoder, len(TAGS), dropout_rate=0.0, seed=3, pooling="tokens")
@@ -388,3 +390,41 @@ def test_the_wrong_task_for_a_file_is_one_line(tmp_path):
       "has one column: CoNLL lines hold a word and its tag (the tag last); "
       "it reads as a CSV/TSV of texts and labels, which "
       "--task=classification trains")
+
+
+@pytest.mark.parametrize(
+    "jit_compile", [False, pytest.param(True, marks=pytest.mark.xla)])
+def test_a_word_draws_its_dropout_masks_in_shared_rows(demo_paths, preprocessor,
+                                                       jit_compile):
+  """Dropout on (the encoder's and the tagging head's): from the same
+  generator state and step seed, every token gets the training logits in
+  shared rows that it gets one sentence a row, to float rounding; the masks
+  are drawn (the logits are not inference's)."""
+  rebuilt = native.NativeEncoder.load(
+      hub.load(demo_paths["encoder"]), hashed_dropout=True)
+  model = model_lib.Classifier(rebuilt, len(TAGS), seed=1, pooling="tokens")
+  state = rebuilt.encoder.dropout_rng.state.numpy()
+  seed = tf.constant([7, 11])
+  call = tf.function(
+      lambda x: model(x, training=True, dropout_seed=seed),
+      jit_compile=jit_compile)
+  batch = _tag_batches(preprocessor, _sentences(8, seed=8), 8, 32)[0]
+  one = {k: v[tf.newaxis] for k, v in batch.items()}
+  one["length"] = tf.reduce_sum(one["input_mask"], axis=-1)
+  laid, _ = row_layout.block_layout(one, (3,), 32)
+  rows = {k: v[0] for k, v in laid.items()}
+  assert rows["input_word_ids"].shape[0] == 3  # 8 sentences share 3 rows
+  rebuilt.encoder.dropout_rng.state.assign(state)
+  fixed = call(features_lib.encoder_inputs(batch)).numpy()
+  rebuilt.encoder.dropout_rng.state.assign(state)
+  shared = call(features_lib.encoder_inputs(rows)).numpy()
+  ids = rows["input_example_ids"].numpy()
+  index = rows["input_example_index"].numpy()
+  position = rows["input_position_ids"].numpy()
+  r, t = np.nonzero(ids)
+  example = index[r, ids[r, t] - 1]
+  assert len(r) == int(batch["input_mask"].numpy().sum())
+  np.testing.assert_allclose(
+      shared[r, t], fixed[example, position[r, t]], atol=1e-5)
+  inference = model(features_lib.encoder_inputs(batch)).numpy()
+  assert np.abs(fixed - inference).max() > 1e-3
