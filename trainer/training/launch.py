@@ -198,6 +198,7 @@ def _write_config(run, plan, strategy, route, layer_rates, data):
           precision_note=route.note,
           layer_rates=layer_rates,
           tensorflow=tf.__version__))
+  run_dir.copy_record(run.out)
 
 
 def _log_layer_rates(table):
@@ -208,15 +209,27 @@ def _log_layer_rates(table):
             f"  {name:<12} {factor:.4g}" for name, factor in table.items()))
 
 
-def _resumed(c, shared):
-  """Before anything is written: (the record (config.json) of the run whose
-  checkpoints model_dir holds, None for a fresh run; the Config to run; how
-  its epochs are shuffled, `inputs.shuffle`).
+def _record(shared):
+  """The record (config.json) of the run whose checkpoints model_dir holds,
+  None for a new run. Checkpoints without a readable record are refused
+  (`run_dir.read_record`): read before the run's log opens, so the refusal
+  leaves train.log as it was."""
+  held = checkpoints.exist(shared.checkpoints)
+  record, why = run_dir.read_record(shared, held)
+  if why and why != run_dir.MISSING:
+    logging.warning("Ignoring %s, which %s: no checkpoint to resume",
+                    shared.config_json, why)
+  return record if held else None
+
+
+def _resumed(c, shared, saved):
+  """Before anything is written: (`saved`, the record of the run whose
+  checkpoints model_dir holds (`_record`), None for a fresh run; the Config
+  to run; how its epochs are shuffled, `inputs.shuffle`).
   A field left at a default that changed since the run began takes the
   run's value (`config.run_defaults`); the run is resumed only with flags
   that continue it (`check_resume`)."""
-  saved = run_dir.read_json(shared.config_json)
-  if not (saved and checkpoints.exist(shared.checkpoints)):
+  if saved is None:
     return None, c, input_pipeline.SHUFFLE
   recorded = buckets_lib.recorded_config(saved)
   c, kept = config_lib.run_defaults(c, recorded)
@@ -367,9 +380,10 @@ def _layout(run, saved, strategy, preprocessor, rows):
   return splits, counts, packer, buckets, in_buckets, ladder, group
 
 
-def _build(run, strategy, signals):
-  """The rest of `setup`, once the run's folder is this process's."""
-  saved, run.config, shuffle = _resumed(run.config, run.shared)
+def _build(run, strategy, signals, saved):
+  """The rest of `setup`, once the run's folder is this process's and its
+  record (`_record`) read."""
+  saved, run.config, shuffle = _resumed(run.config, run.shared, saved)
   c, task = run.config, run.task
   preprocessor, encoder, route, rows = encoder_setup.load_model(
       c, task, strategy, saved)
@@ -431,8 +445,9 @@ def setup(c, command="trainer.main", signals=None):
   if chief:
     run.lock = run_dir.Lock(c.model_dir, command).__enter__()
   try:
+    saved = _record(shared)
     run.log = logs.open_run_log(out.log_file) if chief else None
-    return _build(run, strategy, signals)
+    return _build(run, strategy, signals, saved)
   except BaseException:
     run.close()
     raise
