@@ -118,15 +118,19 @@ def _define_command_flag(name, flag_values, defaults):
   define(name, defaults.get(name, default), help_text, flag_values=flag_values)
 
 
-def config_from_flags(flag_values=FLAGS):
-  """Parsed flags -> a completed Config (the flags given are the user's)."""
+def config_from_flags(flag_values=FLAGS, complete=True):
+  """Parsed flags -> a Config, completed (`config.complete`: the flags
+  given are the user's) unless `complete` is False (a command that may
+  take the unset flags from a run's config.json completes them itself)."""
   values = {
       name: flag_values[name].value
       for name in config_lib.FIELDS
       if name in flag_values
   }
-  given = {name for name in values if flag_values[name].present}
-  return config_lib.complete(config_lib.Config(**values), given)
+  c = config_lib.Config(**values)
+  if not complete:
+    return c
+  return config_lib.complete(c, given(flag_values, list(values)))
 
 
 def given(flag_values, names=None):
