@@ -9,8 +9,6 @@ import tensorflow as tf
 
 import testing
 
-from trainer.encoders import bert
-from trainer.encoders import demo
 from trainer.encoders import native
 from trainer.foundation import config as config_lib
 from trainer.foundation import errors
@@ -24,19 +22,6 @@ def test_seq_length_above_encoder_positions(demo_paths):
       config_lib.ConfigError,
       match=r"--seq_length=129 is invalid: the encoder has 128"):
     encoder_setup.load_model(c, tasks.resolve(c), tf.distribute.get_strategy())
-
-
-@pytest.fixture(scope="module")
-def opaque_encoder(tmp_path_factory):
-  """A TF Hub style encoder SavedModel this trainer cannot rebuild: no
-  config of ours inside, not named as Model Garden names BERT's variables
-  (a BERT behind a plain module, as any other exporter's would be)."""
-  path = str(tmp_path_factory.mktemp("opaque") / "encoder")
-  encoder = bert.BertEncoder(
-      bert.BertConfig(vocab_size=len(demo.vocabulary()), **demo.DEMO_BERT))
-  root, _ = native.reusable_root(encoder)  # without save_encoder's config
-  tf.saved_model.save(root, path)
-  return path
 
 
 def test_shared_rows_need_an_encoder_that_takes_them(demo_paths, opaque_encoder,

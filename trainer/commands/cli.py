@@ -49,7 +49,8 @@ COMMAND_FLAGS = dict(
     text=("multi_string", [], "A text to classify (repeatable)."),
     text_pair=("multi_string", [], "A pair model's second text, one per "
                "--text."),
-    doctor_rows=("integer", 1000, "Rows of each split to read."),
+    doctor_rows=("integer", 1000, "Rows of each split to read (the "
+                 "training ones also measured for --shared_rows)."),
     hf_dir=("string", "", "A Hugging Face BERT checkpoint folder (local or "
             "gs://): config.json, model.safetensors, vocab.txt."),
     output_dir=("string", "", "Where to write: convert_hf, the conversion "

@@ -209,11 +209,11 @@ def _log_layer_rates(table):
             f"  {name:<12} {factor:.4g}" for name, factor in table.items()))
 
 
-def _record(shared):
+def run_record(shared):
   """The record (config.json) of the run whose checkpoints model_dir holds,
   None for a new run. Checkpoints without a readable record are refused
-  (`run_dir.read_record`): read before the run's log opens, so the refusal
-  leaves train.log as it was."""
+  (`run_dir.read_record`): `setup` reads it before the run's log opens, so
+  the refusal leaves train.log as it was; `trainer.doctor` reads it too."""
   held = checkpoints.exist(shared.checkpoints)
   record, why = run_dir.read_record(shared, held)
   if why and why != run_dir.MISSING:
@@ -224,7 +224,7 @@ def _record(shared):
 
 def _resumed(c, shared, saved):
   """Before anything is written: (`saved`, the record of the run whose
-  checkpoints model_dir holds (`_record`), None for a fresh run; the Config
+  checkpoints model_dir holds (`run_record`), None for a fresh run; the Config
   to run; how its epochs are shuffled, `inputs.shuffle`).
   A field left at a default that changed since the run began takes the
   run's value (`config.run_defaults`); the run is resumed only with flags
@@ -382,7 +382,7 @@ def _layout(run, saved, strategy, preprocessor, rows):
 
 def _build(run, strategy, signals, saved):
   """The rest of `setup`, once the run's folder is this process's and its
-  record (`_record`) read."""
+  record (`run_record`) read."""
   saved, run.config, shuffle = _resumed(run.config, run.shared, saved)
   c, task = run.config, run.task
   preprocessor, encoder, route, rows = encoder_setup.load_model(
@@ -445,7 +445,7 @@ def setup(c, command="trainer.main", signals=None):
   if chief:
     run.lock = run_dir.Lock(c.model_dir, command).__enter__()
   try:
-    saved = _record(shared)
+    saved = run_record(shared)
     run.log = logs.open_run_log(out.log_file) if chief else None
     return _build(run, strategy, signals, saved)
   except BaseException:
