@@ -4,12 +4,14 @@ r"""Failure drills: what a user gets for each way a command can go wrong.
 
 Each drill prepares its files, runs a real command (`python -m trainer.X`)
 in a fresh process, and reports its exit code, its seconds, the one line it
-printed (`error: ...` / `preempted: ...`), and, for drills aimed at a
-finished run, whether that run's files were left intact (every file that
-existed before is byte for byte the same). A drill passes when the exit
-code and the line are the expected ones, no traceback was printed, nothing
-hung (a time limit per drill) and the run is intact. Prints a markdown
-table; exits 1 if a drill failed.
+printed (`error: ...` / `preempted: ...`, the doctor's `[FAIL] ...`; for a
+command that ends well but must say something, that log line, once), and,
+for drills aimed at a finished run, whether that run's files were left
+intact (every file that existed before is byte for byte the same; for a
+refused command, also no file added or removed). A drill passes when the
+exit code and the line are the expected ones, no traceback was printed,
+nothing hung (a time limit per drill) and the run is intact. Prints a
+markdown table; exits 1 if a drill failed.
 """
 
 import argparse
@@ -54,9 +56,21 @@ def _command(module, *args):
 
 def _line(stderr):
   lines = [
-      s for s in stderr.splitlines() if s.startswith(("error:", "preempted:"))
+      s for s in stderr.splitlines()
+      if s.startswith(("error:", "preempted:", "[FAIL]"))
   ]
   return lines[-1] if lines else ""
+
+
+def _said(stderr, message):
+  """The log lines holding `message` (what a command that ends well must
+  say, once), without absl's prefix."""
+  return [
+      s.split("] ", 1)[-1]
+      for s in stderr.splitlines()
+      if message and message in s and not s.startswith(("error:", "preempted:",
+                                                        "[FAIL]"))
+  ]
 
 
 def _snapshot(folder):
@@ -71,8 +85,12 @@ def _snapshot(folder):
   return out
 
 
-def _intact(before, folder):
+def _intact(before, folder, exact=False):
+  """Every file of `before` byte for byte as it was; `exact`: and no file
+  added (a refused command writes nothing)."""
   after = _snapshot(folder)
+  if exact:
+    return after == before
   return all(after.get(path) == digest for path, digest in before.items())
 
 
@@ -290,9 +308,88 @@ def _killed_export(work):
   return (code if left and not still else -1), seconds, stderr
 
 
+def _opaque_encoder(work):
+  """A TF Hub style encoder SavedModel this trainer cannot rebuild (a BERT
+  behind a plain module, without this project's config), written by a
+  process of its own (this program does not import TensorFlow)."""
+  path = work.path("opaque")
+  script = ("import sys, tensorflow as tf\n"
+            "from trainer.encoders import bert, demo, native\n"
+            "encoder = bert.BertEncoder(bert.BertConfig(\n"
+            "    vocab_size=len(demo.vocabulary()), **demo.DEMO_BERT))\n"
+            "tf.saved_model.save(native.reusable_root(encoder)[0], "
+            "sys.argv[1])\n")
+  code, _, stderr = run_command([sys.executable, "-c", script, path])
+  if code != 0:
+    raise RuntimeError(f"cannot write the opaque encoder: {stderr[-2000:]}")
+  return path
+
+
+def _opaque_with_rows(module):
+  """trainer.doctor (exit 1, its [FAIL] line on stdout) or trainer.main on
+  an encoder it cannot rebuild with --shared_rows=14,16: the same line."""
+
+  def drill(work):
+    encoder = _opaque_encoder(work)
+    argv = _command(module, f"--model_dir={work.path('m')}",
+                    f"--encoder_handle={encoder}",
+                    f"--preprocessor_handle={work.base}/../demo/preprocessor",
+                    "--seq_length=32", "--batch_size=32", "--shared_rows=14,16")
+    start = time.monotonic()
+    out = subprocess.run(
+        argv,
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=TIME_LIMIT,
+        check=False)
+    return (out.returncode, time.monotonic() - start, out.stderr + out.stdout)
+
+  return drill
+
+
+def _evaluate_a_file_run(work):
+  """evaluate --model_dir of a run on a CSV file (not the demo): its log
+  names the checkpoint scored and never the demo's defaults."""
+  rows = [
+      f"review {i} {'good' if i % 2 else 'bad'},{i % 2}\n" for i in range(300)
+  ]
+  path = work.write("d.csv", "text,label\n" + "".join(rows))
+  model_dir = work.path("m")
+  code, _, stderr = run_command(
+      _command("main", f"--model_dir={model_dir}", f"--train_file={path}",
+               "--validation_fraction=0.2",
+               *_demo("--train_steps=5", "--export=false")))
+  if code != 0:
+    return -1, 0.0, stderr
+  code, seconds, stderr = run_command(
+      _command("evaluate", f"--model_dir={model_dir}", "--split=validation"))
+  return (-1 if "Embedded demo" in stderr else code), seconds, stderr
+
+
+def _lose_config(how):
+  """Damages a run copy's config.json: gone, or cut as a kill mid-write of
+  an older version left it."""
+
+  def damage(model_dir):
+    path = os.path.join(model_dir, "config.json")
+    if how == "missing":
+      os.remove(path)
+    else:
+      with open(path, "w") as f:
+        f.write('{"model_dir": ')
+
+  return damage
+
+
 @dataclasses.dataclass
 class Drill:
-  """`argv(work)` -> the command; or `special(work)` -> (code, s, stderr)."""
+  """`argv(work)` -> the command; or `special(work)` -> (code, s, stderr).
+
+  `message`: in the one line of a failure; for exit code 0, in exactly one
+  log line (what a command that ends well must say), if given.
+  """
 
   name: str
   exit_code: int
@@ -301,6 +398,7 @@ class Drill:
   special: object = None
   on_run: bool = False  # aimed at a copy of a finished run: intact?
   continues_run: bool = False  # a resume that may (must) change the run
+  damage: object = None  # damage(run copy) before the snapshot
 
 
 def _main_on_run(*args):
@@ -542,6 +640,106 @@ DRILLS = [
           _main_with_file("d.csv", "text,label\na,7\nb,9\nc,8\n")),
     Drill("a header-only data file", 2, "holds no data rows (a header only",
           _main_with_file("d.csv", "text,label\n")),
+    # Issue 58: a folder that lost its record; the doctor as training;
+    # silent empty results; a wrong reason or a fix that does not exist.
+    Drill(
+        "resume a run whose config.json is missing",
+        2, "but its config.json is missing, so this run's flags cannot be "
+        "checked against them; restore it (the run keeps a copy: cp ",
+        _main_on_run("--batch_size=8", "--seed=7"),
+        on_run=True,
+        damage=_lose_config("missing")),
+    Drill(
+        "resume a run whose config.json is cut short",
+        2, "but its config.json is unreadable (not valid JSON), so this run's "
+        "flags cannot be checked",
+        _main_on_run("--batch_size=8", "--seed=7"),
+        on_run=True,
+        damage=_lose_config("truncated")),
+    Drill(
+        "evaluate a run whose config.json is missing",
+        2, "but its config.json is missing, so this run's flags cannot be "
+        "checked",
+        lambda w: _command("evaluate", f"--model_dir={w.path('run')}",
+                           "--split=validation"),
+        on_run=True,
+        damage=_lose_config("missing")),
+    Drill(
+        "export a run whose config.json is cut short",
+        2,
+        "but its config.json is unreadable (not valid JSON)",
+        lambda w: _command("export", f"--model_dir={w.path('run')}"),
+        on_run=True,
+        damage=_lose_config("truncated")),
+    Drill(
+        "doctor on an opaque encoder with a row list",
+        1, "[FAIL] shared_rows: --shared_rows=14,16 cannot apply: "
+        "--encoder_handle=",
+        special=_opaque_with_rows("doctor")),
+    Drill(
+        "training on an opaque encoder with a row list",
+        2,
+        "error: --shared_rows=14,16 cannot apply: --encoder_handle=",
+        special=_opaque_with_rows("main")),
+    Drill(
+        "predict an empty text file",
+        0,
+        "0 rows read, 0 scored",
+        lambda w: _command("predict", f"--export_dir={_export_dir(w)}",
+                           f"--input_file={w.write('empty.txt', '')}"),
+        on_run=True),
+    Drill(
+        "predict a header-only CSV",
+        0,
+        "0 rows read, 0 scored",
+        lambda w: _command("predict", f"--export_dir={_export_dir(w)}",
+                           "--input_file=" + w.write("h.csv", "text,label\n")),
+        on_run=True),
+    Drill(
+        "a row list no batch fits (trains and warns)", 0,
+        "Shared rows: no batch fits --shared_rows=4,8 (batches of 32 at "
+        "--seq_length=16 need more rows), so every step runs one example a "
+        "row; --shared_rows=auto would choose 16,17,18,20", lambda w: _command(
+            "main", f"--model_dir={w.path('m')}",
+            *_demo("--batch_size=32", "--seq_length=16", "--shared_rows=4,8",
+                   "--train_steps=5", "--export=false"))),
+    Drill(
+        "batch of one turns rows off (says why)", 0,
+        "off, one example a row (a batch of one example (--batch_size=1) has "
+        "no other to share a row with)", lambda w: _command(
+            "main", f"--model_dir={w.path('m')}",
+            *_demo("--batch_size=1", "--train_steps=5", "--export=false"))),
+    Drill(
+        "a row list at batch one", 2,
+        "--shared_rows=1 is invalid: a batch of one example (--batch_size=1) "
+        "has no other to share a row with; use --shared_rows=none",
+        lambda w: _command("main", f"--model_dir={w.path('m')}",
+                           *_demo("--batch_size=1", "--shared_rows=1"))),
+    Drill(
+        "a row list over accumulation steps", 2,
+        "3 rows do not split over 1 replica x 2 accumulation steps; use "
+        "multiples of 2", lambda w: _command(
+            "main", f"--model_dir={w.path('m')}",
+            *_demo("--grad_accumulation_steps=2", "--shared_rows=3"))),
+    Drill(
+        "encoder handle is a file", 2, "is invalid: it is a file, not a folder",
+        lambda w: _command(
+            "main", f"--model_dir={w.path('m')}",
+            f"--encoder_handle={w.write('enc.tar.gz', 'x')}",
+            f"--preprocessor_handle={w.base}/../demo/"
+            "preprocessor")),
+    Drill(
+        "evaluate a run names the checkpoint it scored",
+        0,
+        "(step 10) of the run in ",
+        lambda w: _command("evaluate", f"--model_dir={w.path('run')}",
+                           "--split=validation"),
+        on_run=True),
+    Drill(
+        "evaluate a run on a file: no demo defaults",
+        0,
+        "(step 5) of the run in ",
+        special=_evaluate_a_file_run),
 ]
 
 
@@ -555,17 +753,27 @@ def _prepare(drill, work):
 def run_drill(drill, work):
   """Runs one drill in `work`; returns its Result."""
   _prepare(drill, work)
-  before = _snapshot(work.run_copy()) if drill.on_run else None
+  before = None
+  if drill.on_run:
+    work.run_copy()
+    if drill.damage:
+      drill.damage(work.path("run"))
+    before = _snapshot(work.path("run"))
   if drill.special:
     code, seconds, stderr = drill.special(work)
   else:
     code, seconds, stderr = run_command(drill.argv(work))
   line = _line(stderr)
-  intact = _intact(before, work.path("run")) if drill.on_run else None
+  said = _said(stderr, drill.message) if drill.exit_code == 0 else []
+  heard = drill.message in line if drill.exit_code else (not drill.message or
+                                                         len(said) == 1)
+  refused = drill.exit_code != 0 and not drill.continues_run
+  intact = _intact(
+      before, work.path("run"), exact=refused) if drill.on_run else None
   ok = (
-      code == drill.exit_code and drill.message in line and
-      "Traceback" not in stderr and
+      code == drill.exit_code and heard and "Traceback" not in stderr and
       (intact is not False or drill.continues_run))
+  line = line or (said[0] if said else "")
   shown = line or ("" if code == 0 else stderr.strip()[-300:])
   return Result(drill.name, code, seconds, shown[:300], intact, ok)
 

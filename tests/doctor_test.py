@@ -1,9 +1,14 @@
 """The doctor: one line per check, each failure named with its fix."""
 
 import dataclasses
+import os
+import re
+import shutil
 
 import pytest
 import tensorflow as tf
+
+import testing
 
 from trainer.commands import doctor_checks as doctor
 from trainer.data import preprocessing
@@ -23,13 +28,85 @@ def _doctor(demo_paths, tmp_path, **overrides):
 
 
 @pytest.mark.core
-def test_doctor_passes_on_the_demo(demo_paths, tmp_path):
+def test_doctor_passes_on_the_demo(demo_paths, tmp_path, info_logging):
   checks = _doctor(demo_paths, tmp_path)
   assert all(c.ok for c in checks.values()), [c.line() for c in checks.values()]
   assert {
       "stack", "flags", "strategy", "model_dir", "handles", "vocabulary",
-      "seq_length", "data.train", "data.validation", "xla"
+      "seq_length", "data.train", "data.validation", "shared_rows", "xla"
   } == set(checks)
+  # auto's choice, in training's words, on the first 200 training rows.
+  assert re.fullmatch(
+      r"Shared rows \(--shared_rows=auto\): a batch of 16 in .* rows of 32 "
+      r"tokens .*padding \(one example a row: \d+%\) \(measured on the "
+      r"first 200 training rows\)", checks["shared_rows"].detail)
+  assert os.listdir(tmp_path / "m") == []  # the length pass left nothing
+
+
+def test_doctor_fails_an_opaque_encoder_with_a_row_list_as_training_does(
+    demo_paths, opaque_encoder, tmp_path, command):
+  """An encoder this trainer cannot rebuild and --shared_rows=14,16: the
+  doctor fails (exit 1) with the line trainer.main stops with."""
+  flags = (f"--encoder_handle={opaque_encoder}",
+           f"--preprocessor_handle={demo_paths['preprocessor']}",
+           "--shared_rows=14,16", "--batch_size=32", "--seq_length=32",
+           f"--model_dir={tmp_path}/m", "--doctor_rows=200")
+  doctor = command("doctor", *flags)
+  trained = command("main", *flags[:-1])
+  assert (doctor.returncode, trained.returncode) == (1, 2)
+  training_says = (
+      "--shared_rows=14,16 cannot apply: --encoder_handle="
+      f"{opaque_encoder} is a SavedModel this trainer cannot rebuild "
+      "(neither its own encoder nor a Model Garden BERT), whose graph takes "
+      "one example a row; use --shared_rows=none (or auto, which falls back "
+      "by itself)")
+  assert trained.stderr.strip().splitlines()[-1] == f"error: {training_says}"
+  lines = doctor.stdout.strip().splitlines()
+  assert lines[-2:] == [
+      f"[FAIL] shared_rows: {training_says} -> training stops with this line",
+      "9 passed, 1 failed: shared_rows"
+  ]
+
+
+@pytest.mark.parametrize("overrides,ok,detail", [
+    (dict(grad_accumulation_steps=2, shared_rows="3"), False,
+     "--shared_rows=3 is invalid: 3 rows do not split over 1 replica x 2 "
+     "accumulation steps; use multiples of 2"),
+    (dict(batch_size=1), True,
+     "Shared rows (--shared_rows=auto): off, one example a row (a batch of "
+     "one example (--batch_size=1) has no other to share a row with)"),
+    (dict(shared_rows="none"), True, "--shared_rows=none: one example a row"),
+    (dict(seq_buckets="auto"), True,
+     "Shared rows: off, one example a row (--seq_buckets=auto cuts the "
+     "padding instead)"),
+])
+def test_doctor_decides_shared_rows_as_training_does(demo_paths, tmp_path,
+                                                     info_logging, overrides,
+                                                     ok, detail):
+  """A list against the batch, the replicas and the accumulation steps;
+  rows off, with training's reason."""
+  check = _doctor(demo_paths, tmp_path, **overrides)["shared_rows"]
+  assert (check.ok, check.detail) == (ok, detail)
+
+
+def test_doctor_fails_checkpoints_without_their_record(demo_run, demo_paths,
+                                                       tmp_path):
+  """A run folder that lost its config.json: the model_dir check fails with
+  training's line, and the folder is left as it was."""
+  model_dir = tmp_path / "run"
+  shutil.copytree(demo_run["model_dir"], model_dir)
+  os.remove(model_dir / "config.json")
+  before = testing.tree_digest(model_dir)
+  check = _doctor(demo_paths, tmp_path, model_dir=str(model_dir))["model_dir"]
+  assert not check.ok
+  assert check.line() == (
+      f"[FAIL] model_dir: --model_dir={model_dir} holds a run's checkpoints "
+      f"({model_dir}/checkpoints) but its config.json is missing, so this "
+      "run's flags cannot be checked against them; restore it (the run keeps "
+      f"a copy: cp {model_dir}/checkpoints/run_config.json "
+      f"{model_dir}/config.json), or use a new --model_dir; nothing was "
+      "changed -> training stops with this line")
+  assert testing.tree_digest(model_dir) == before
 
 
 def test_doctor_names_a_vocabulary_that_does_not_fit(demo_paths, tmp_path):

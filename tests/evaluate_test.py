@@ -7,12 +7,14 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_datasets as tfds
 
 import testing
 from trainer.evaluation import metrics
 from trainer.foundation import config as config_lib
 from trainer.foundation import errors
 from trainer.foundation import tasks
+from trainer.model import checkpoints
 from trainer.serving import evaluate
 
 
@@ -112,12 +114,27 @@ def test_evaluate_scores_every_row_of_one_labelled_file(demo_run, tmp_path,
   assert m["excluded"] == dict(
       empty_text=1, label_not_in_map=1, label_not_a_number=1)
   assert (m["split"], m["data"]) == ("input", str(data))
+  assert m["export_dir"] == demo_run["export_dir"]  # what was scored
   assert np.array(m["confusion_matrix"]).sum(axis=1).tolist() == [150, 150]
 
 
-def test_evaluate_a_run_by_its_model_dir(demo_run, command):
+def _scored(model_dir):
+  """(the checkpoint `evaluate --model_dir` scores: the best, else the
+  newest; its step), and the log line that names them."""
+  path = checkpoints.for_export(
+      os.path.join(model_dir, "checkpoints"),
+      os.path.join(model_dir, "checkpoints", "best"))
+  step = int(
+      tf.train.load_checkpoint(path).get_tensor(
+          "optimizer/iterations/.ATTRIBUTES/VARIABLE_VALUE"))
+  return path, step, f"Scoring {path} (step {step}) of the run in {model_dir}"
+
+
+def test_evaluate_a_run_by_its_model_dir(demo_run, command, caplog,
+                                         info_logging):
   """The README's `evaluate --model_dir=RUN --split=validation`: the run's
-  best checkpoint and its own data flags."""
+  best checkpoint and its own data flags; its log and its JSON name the
+  checkpoint and the step scored."""
   result = command("evaluate", f"--model_dir={demo_run['model_dir']}",
                    "--split=validation")
   assert result.returncode == 0, result.stderr[-2000:]
@@ -125,6 +142,27 @@ def test_evaluate_a_run_by_its_model_dir(demo_run, command):
   assert m["examples"] == 1000
   assert m["accuracy"] == pytest.approx(
       demo_run["summary"]["eval_accuracy"], abs=1e-6)
+  path, step, line = _scored(demo_run["model_dir"])
+  assert (m["checkpoint"], m["step"]) == (path, step)
+  assert step == demo_run["summary"]["best_step"]
+  assert line in [r.getMessage() for r in caplog.records]
+
+
+def test_evaluate_of_a_run_opens_with_the_runs_flags(mrpc_run, command, caplog,
+                                                     info_logging):
+  """A run that is not the demo (glue/mrpc): no line of the demo's
+  defaults, which the flags not given would have taken before the run's
+  config.json supplied them; the checkpoint scored is named."""
+  with tfds.testing.mock_data(num_examples=48):
+    result = command("evaluate", f"--model_dir={mrpc_run['model_dir']}",
+                     "--split=validation")
+  assert result.returncode == 0, result.stderr[-2000:]
+  said = [r.getMessage() for r in caplog.records]
+  assert not [s for s in said if "demo" in s.lower()], said
+  path, step, line = _scored(mrpc_run["model_dir"])
+  assert said[0] == line
+  m = json.loads(result.stdout)
+  assert (m["checkpoint"], m["step"], m["examples"]) == (path, step, 48)
 
 
 def test_predict_and_evaluate_refuse_what_would_mislead(demo_run, tmp_path,

@@ -1,7 +1,6 @@
 """The export: a trained model serving raw strings, in a process without
 the project, as the trainer's own eval step scores them."""
 
-import hashlib
 import json
 import logging
 import os
@@ -220,7 +219,7 @@ def test_a_copied_run_folder_works_from_where_it_now_is(demo_run, tmp_path,
   saved["config"]["a_removed_flag"] = 3
   del saved["config"]["keep_checkpoints"]
   config_path.write_text(json.dumps(saved))
-  before = _tree_digest(demo_run["model_dir"])
+  before = testing.tree_digest(demo_run["model_dir"])
   caplog.set_level(logging.WARNING)
 
   # While a run holds the folder (a trainer: its lock), an export into
@@ -253,19 +252,7 @@ def test_a_copied_run_folder_works_from_where_it_now_is(demo_run, tmp_path,
   summary = json.loads((copy / "summary.json").read_text())
   assert (summary["start_step"], summary["final_step"]) == (20, 24)
   assert summary["export_dir"].startswith(f"{copy}/export/")
-  assert _tree_digest(demo_run["model_dir"]) == before  # nothing written
-
-
-def _tree_digest(folder):
-  """{relative path: sha256} of every file under `folder`."""
-  out = {}
-  for root, _, names in os.walk(folder):
-    for name in names:
-      path = os.path.join(root, name)
-      with open(path, "rb") as f:
-        out[os.path.relpath(path,
-                            folder)] = hashlib.sha256(f.read()).hexdigest()
-  return out
+  assert testing.tree_digest(demo_run["model_dir"]) == before  # nothing written
 
 
 def test_the_shared_rows_signature_serves_as_serving_default(

@@ -2,12 +2,13 @@
 
 import dataclasses
 import os
+import shutil
 
 import pytest
 import tensorflow as tf
 
-from trainer.encoders import bert
-from trainer.encoders import demo
+import testing
+
 from trainer.encoders import native
 from trainer.foundation import config as config_lib
 from trainer.foundation import errors
@@ -21,19 +22,6 @@ def test_seq_length_above_encoder_positions(demo_paths):
       config_lib.ConfigError,
       match=r"--seq_length=129 is invalid: the encoder has 128"):
     encoder_setup.load_model(c, tasks.resolve(c), tf.distribute.get_strategy())
-
-
-@pytest.fixture(scope="module")
-def opaque_encoder(tmp_path_factory):
-  """A TF Hub style encoder SavedModel this trainer cannot rebuild: no
-  config of ours inside, not named as Model Garden names BERT's variables
-  (a BERT behind a plain module, as any other exporter's would be)."""
-  path = str(tmp_path_factory.mktemp("opaque") / "encoder")
-  encoder = bert.BertEncoder(
-      bert.BertConfig(vocab_size=len(demo.vocabulary()), **demo.DEMO_BERT))
-  root, _ = native.reusable_root(encoder)  # without save_encoder's config
-  tf.saved_model.save(root, path)
-  return path
 
 
 def test_shared_rows_need_an_encoder_that_takes_them(demo_paths, opaque_encoder,
@@ -124,3 +112,79 @@ def test_a_resume_keeps_the_encoder_its_checkpoint_holds(
       "Model Garden BERT), whose graph takes one example a row; resume where "
       "the run began (the same device kind and TensorFlow) or start a new "
       "--model_dir")
+
+
+def _lose_record(demo_run, folder, how):
+  """A copy of the demo run at `folder` whose config.json is gone
+  ("missing") or cut by a kill mid-write ("truncated")."""
+  shutil.copytree(demo_run["model_dir"], folder)
+  record = os.path.join(folder, "config.json")
+  if how == "missing":
+    os.remove(record)
+  else:
+    with open(record, "w") as f:
+      f.write('{"model_dir": ')
+  return str(folder)
+
+
+# The commands that read a run's folder, each with flags other than the
+# run's (it trained at batch 16, seed 42) where it takes them.
+_ON_A_RUN = {
+    "main": ("--batch_size=8", "--seed=7", "--train_steps=24"),
+    "evaluate": ("--split=validation",),
+    "export": (),
+}
+
+
+@pytest.mark.parametrize("how", ["missing", "truncated"])
+@pytest.mark.parametrize("name", sorted(_ON_A_RUN))
+def test_checkpoints_without_their_record_are_refused(demo_run, demo_paths,
+                                                      tmp_path, command, name,
+                                                      how):
+  """A folder holding checkpoints whose config.json is missing or
+  unreadable: trainer.main, evaluate and export each stop with one line
+  (exit 2) naming the folder, the record, and the fix (the run's copy of
+  its record beside the checkpoints), and leave every file as it was:
+  none written, none changed (no config.json rewritten, no train.log
+  line, no checkpoint)."""
+  model_dir = _lose_record(demo_run, tmp_path / "run", how)
+  before = testing.tree_digest(model_dir)
+  result = command(name, f"--model_dir={model_dir}",
+                   f"--demo_cache_dir={demo_paths['root']}", *_ON_A_RUN[name])
+  why = ("is missing" if how == "missing" else "is unreadable (not valid JSON)")
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert [s for s in result.stderr.splitlines() if s.startswith("error")] == [
+      f"error: --model_dir={model_dir} holds a run's checkpoints "
+      f"({model_dir}/checkpoints) but its config.json {why}, so this run's "
+      "flags cannot be checked against them; restore it (the run keeps a "
+      f"copy: cp {model_dir}/checkpoints/run_config.json "
+      f"{model_dir}/config.json), or use a new --model_dir; nothing was "
+      "changed"
+  ]
+  assert "Traceback" not in result.stderr
+  assert testing.tree_digest(model_dir) == before
+
+
+def test_the_record_copy_restores_the_run(demo_run, tmp_path, command):
+  """Without the copy the line says to restore config.json from a backup;
+  the copy put back is the record, and the run's flags check against it
+  again (other flags: the usual refusal)."""
+  model_dir = _lose_record(demo_run, tmp_path / "run", "missing")
+  copy = os.path.join(model_dir, "checkpoints", "run_config.json")
+  with open(copy, "rb") as f:
+    record = f.read()
+  os.remove(copy)
+  before = testing.tree_digest(model_dir)
+  result = command("export", f"--model_dir={model_dir}")
+  assert result.returncode == 2
+  assert result.stderr.strip().splitlines()[-1].endswith(
+      "cannot be checked against them; restore it from a backup, or use a "
+      "new --model_dir; nothing was changed")
+  assert testing.tree_digest(model_dir) == before
+  with open(os.path.join(model_dir, "config.json"), "wb") as f:
+    f.write(record)
+  other = command("main", f"--model_dir={model_dir}", "--batch_size=8",
+                  "--train_steps=24")
+  assert other.returncode == 2
+  assert ("holds the checkpoints of a run with other flags (--batch_size: "
+          "16 -> 8") in other.stderr

@@ -177,3 +177,64 @@ def test_main_stops_on_a_wrong_file_format(tmp_path, command, demo_paths):
       r"\(label_not_a_number: \1\)", result.stderr), result.stderr
   assert "most are label_not_a_number, e.g. lines 2, 3, 4" in result.stderr
   assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("flags,line", [
+    (("--batch_size=1", "--shared_rows=1"),
+     "error: --shared_rows=1 is invalid: a batch of one example "
+     "(--batch_size=1) has no other to share a row with; use "
+     "--shared_rows=none (auto turns rows off by itself)"),
+    (("--grad_accumulation_steps=2", "--shared_rows=3"),
+     "error: --shared_rows=3 is invalid: 3 rows do not split over 1 replica "
+     "x 2 accumulation steps; use multiples of 2"),
+])
+def test_a_row_list_that_cannot_apply_says_why(tmp_path, command, demo_paths,
+                                               flags, line):
+  """No fix that does not exist (fewer rows than 1), and what the rows
+  split over as it is (one replica, two accumulation steps)."""
+  result = command("main", f"--model_dir={tmp_path}/m",
+                   f"--demo_cache_dir={demo_paths['root']}", *flags)
+  assert result.returncode == 2, result.stderr[-2000:]
+  errors = [s for s in result.stderr.splitlines() if s.startswith("error")]
+  assert errors == [line]
+  assert "Traceback" not in result.stderr
+
+
+def test_a_handle_that_is_a_file_is_called_a_file(tmp_path, command):
+  handle = tmp_path / "encoder.tar.gz"
+  handle.write_bytes(b"not a folder")
+  result = command("main", f"--encoder_handle={handle}",
+                   f"--preprocessor_handle={handle}",
+                   f"--model_dir={tmp_path}/m")
+  assert result.returncode == 2
+  assert [s for s in result.stderr.splitlines() if s.startswith("error")] == [
+      f"error: --encoder_handle='{handle}' is invalid: it is a file, not a "
+      "folder; give a TF Hub SavedModel folder (the one holding "
+      "saved_model.pb)"
+  ]
+
+
+@pytest.mark.parametrize("flags,said", [
+    (("--batch_size=1",),
+     ("I", "Shared rows (--shared_rows=auto): off, one example a row (a "
+      "batch of one example (--batch_size=1) has no other to share a row "
+      "with)")),
+    (("--seq_length=16", "--shared_rows=4,8"),
+     ("W", "Shared rows: no batch fits --shared_rows=4,8 (batches of 32 at "
+      "--seq_length=16 need more rows), so every step runs one example a "
+      "row; --shared_rows=auto would choose 16,17,18,20")),
+])
+def test_rows_off_or_unused_say_why_once(tmp_path, command, demo_paths, caplog,
+                                         info_logging, flags, said):
+  """The demo trains one example a row at batch 1 because a batch holds one
+  example (not because its texts are long: they are 76% padding); a row
+  list no batch fits trains, with one warning naming auto's choice."""
+  result = command("main", f"--model_dir={tmp_path}/m",
+                   f"--demo_cache_dir={demo_paths['root']}", "--train_steps=2",
+                   "--steps_per_loop=2", "--eval_every=0", "--export=false",
+                   *flags)
+  assert result.returncode == 0, result.stderr[-2000:]
+  rows = [(r.levelname[0], r.getMessage())
+          for r in caplog.records
+          if r.getMessage().startswith("Shared rows")]
+  assert rows == [said]

@@ -85,6 +85,33 @@ def test_predict_end_to_end(demo_run, tmp_path, command):
   assert len(lines) == 301 and lines[300].startswith("tweet 299,")
 
 
+@pytest.mark.parametrize("name,text,level,read,scored", [
+    ("empty.txt", "", "WARNING", 0, 0),
+    ("header_only.csv", "text,label\n", "WARNING", 0, 0),
+    ("three.txt", "a\nb\nc\n", "INFO", 3, 3),
+    ("skips.csv", "text,label\nfine,1\n,0\n", "INFO", 2, 1),
+])
+def test_predict_says_how_many_rows_it_read_and_scored(demo_run, tmp_path,
+                                                       command, caplog,
+                                                       info_logging, name, text,
+                                                       level, read, scored):
+  """An input with no row ends in one line saying so (exit 0, nothing on
+  stdout: the predictions' stream holds predictions only); others in the
+  same line with their counts (a CSV's skipped rows are read, not
+  scored)."""
+  path = tmp_path / name
+  path.write_text(text)
+  result = command("predict", f"--export_dir={demo_run['export_dir']}",
+                   f"--input_file={path}")
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert len(result.stdout.splitlines()) == scored
+  said = [(r.levelname, r.getMessage())
+          for r in caplog.records
+          if "scored" in r.getMessage()]
+  assert said == [(level, f"--input_file={path}: {read} rows read, {scored} "
+                   "scored")]
+
+
 def test_predictions_batch_by_length_and_keep_the_input_order(demo_run):
   """Texts of mixed lengths are sorted into batches of like length (each
   packed to its own bucket) and come back in the order given, each with

@@ -27,6 +27,35 @@ def test_json_state_is_replaced_whole(tmp_path):
   assert run_dir.read_json(str(tmp_path / "missing.json")) is None
 
 
+def test_a_record_is_required_only_beside_checkpoints(tmp_path):
+  """`read_record`: what is wrong with config.json, as a reason where the
+  folder holds no checkpoint (a new run starts), as a ConfigError where it
+  does; JSON that is not a run's record (no "config" object) is
+  unreadable too. The copy beside the checkpoints is what it points to."""
+  where = run_dir.locations(str(tmp_path))
+  cases = [(None, run_dir.MISSING),
+           ("[]", "is unreadable (not a training "
+            "run's record: no \"config\" object)"),
+           ('{"config": ', "is unreadable (not valid JSON)")]
+  for text, why in cases:
+    if text is not None:
+      (tmp_path / "config.json").write_text(text)
+    assert run_dir.read_record(where, False) == (None, why)
+    with pytest.raises(errors.ConfigError) as e:
+      run_dir.read_record(where, True)
+    assert f"but its config.json {why}, so this run's flags" in str(e.value)
+    assert "restore it from a backup" in str(e.value)
+  run_dir.write_json(where.config_json, dict(config=dict(seed=7)))
+  run_dir.copy_record(where)
+  assert run_dir.read_record(where, True) == (dict(config=dict(seed=7)), "")
+  os.remove(where.config_json)
+  with pytest.raises(
+      errors.ConfigError,
+      match=r"restore it \(the run keeps a "
+      r"copy: cp \S+/checkpoints/run_config.json \S+/config"):
+    run_dir.read_record(where, True)
+
+
 def _writer(files):
 
   def write(tmp):

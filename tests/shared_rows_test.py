@@ -28,6 +28,24 @@ def test_a_ladder_must_fit_the_batch_and_the_replicas():
     shared_rows.check_ladder((4, 16), 16, 1)
   with pytest.raises(errors.ConfigError, match="use multiples of 2"):
     shared_rows.check_ladder((5,), 16, 2)
+  # What the rows split over, as it is; no fix where none exists.
+  cases = [
+      (((5,), 16, 2, "--shared_rows", 2), "5 rows do not split over 1 "
+       "replica x 2 accumulation steps; use multiples of 2"),
+      (((5,), 16, 4, "--shared_rows", 2), "5 rows do not split over 2 "
+       "replicas x 2 accumulation steps; use multiples of 4"),
+      (((1,), 1, 1), "a batch of one example (--batch_size=1) has no other "
+       "to share a row with; use --shared_rows=none (auto turns rows off by "
+       "itself)"),
+      (((2,), 2, 2), "--batch_size=2 over 2 replicas x 1 accumulation step is "
+       "one example each, with no other to share a row with; use "
+       "--shared_rows=none (auto turns rows off by itself)"),
+  ]
+  for args, why in cases:
+    with pytest.raises(errors.ConfigError) as e:
+      shared_rows.check_ladder(*args)
+    assert str(e.value) == (
+        f"--shared_rows={','.join(map(str, args[0]))} is invalid: {why}")
 
 
 @pytest.mark.core

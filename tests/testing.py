@@ -8,7 +8,9 @@ fixtures stay in conftest.py.
 
 import csv
 import dataclasses
+import hashlib
 import io
+import os
 
 import numpy as np
 import tensorflow as tf
@@ -110,6 +112,19 @@ def make_fixture(layout,
   if header:
     head = line(layout, header).encode(encoding)
   return head + b"".join(lines), valid, labels
+
+
+def tree_digest(folder):
+  """{relative path: sha256} of every file under `folder`: a command that
+  refuses must leave a run's folder with these files, byte for byte."""
+  out = {}
+  for root, _, names in os.walk(folder):
+    for name in names:
+      path = os.path.join(root, name)
+      with open(path, "rb") as f:
+        out[os.path.relpath(path,
+                            folder)] = hashlib.sha256(f.read()).hexdigest()
+  return out
 
 
 def write_csv(path, rows):

@@ -49,7 +49,8 @@ COMMAND_FLAGS = dict(
     text=("multi_string", [], "A text to classify (repeatable)."),
     text_pair=("multi_string", [], "A pair model's second text, one per "
                "--text."),
-    doctor_rows=("integer", 1000, "Rows of each split to read."),
+    doctor_rows=("integer", 1000, "Rows of each split to read (the "
+                 "training ones also measured for --shared_rows)."),
     hf_dir=("string", "", "A Hugging Face BERT checkpoint folder (local or "
             "gs://): config.json, model.safetensors, vocab.txt."),
     output_dir=("string", "", "Where to write: convert_hf, the conversion "
@@ -118,15 +119,19 @@ def _define_command_flag(name, flag_values, defaults):
   define(name, defaults.get(name, default), help_text, flag_values=flag_values)
 
 
-def config_from_flags(flag_values=FLAGS):
-  """Parsed flags -> a completed Config (the flags given are the user's)."""
+def config_from_flags(flag_values=FLAGS, complete=True):
+  """Parsed flags -> a Config, completed (`config.complete`: the flags
+  given are the user's) unless `complete` is False (a command that may
+  take the unset flags from a run's config.json completes them itself)."""
   values = {
       name: flag_values[name].value
       for name in config_lib.FIELDS
       if name in flag_values
   }
-  given = {name for name in values if flag_values[name].present}
-  return config_lib.complete(config_lib.Config(**values), given)
+  c = config_lib.Config(**values)
+  if not complete:
+    return c
+  return config_lib.complete(c, given(flag_values, list(values)))
 
 
 def given(flag_values, names=None):

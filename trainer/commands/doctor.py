@@ -3,9 +3,9 @@ r"""Check a configuration without training: one line per check.
     python -m trainer.doctor [the same flags as trainer.main]
 
 Checks the TensorFlow stack, the strategy, the handles and their fit, the
-data's first --doctor_rows rows, model_dir and what training would do
-about XLA (`trainer.commands.doctor_checks.run_checks`). Exits 1 when a
-check fails.
+data's first --doctor_rows rows, model_dir, and how training would lay its
+batches out (--shared_rows) and what it would do about XLA
+(`trainer.commands.doctor_checks.run_checks`). Exits 1 when a check fails.
 """
 
 import sys

@@ -8,29 +8,39 @@ of its minor version, a supported version, libtpu on a TPU build), that the
 strategy resolves (and how many replicas it has), the handles load and agree
 (vocabulary vs. embedding table, --seq_length vs. position embeddings), the
 data is readable (the first --doctor_rows rows of each split by outcome),
-model_dir is writable, and what training would do about XLA (the decision
-training takes; where it compiles the step, the step is compiled once
-here). Exits 1 when a check fails.
+model_dir is writable (and a run's checkpoints there have their record),
+how training lays its batches out (--shared_rows) and what training would
+do about XLA (the decisions training takes, by its own functions; where
+it compiles the step, the step is compiled once here). Exits 1 when a
+check fails.
 """
 
+import contextlib
 import dataclasses
+import logging as std_logging
 import os
+import tempfile
 import uuid
 
 import tensorflow as tf
 
 from trainer.data import counts as counts_lib
+from trainer.data import input_pipeline
+from trainer.data import preprocessing
 from trainer.data import splits as splits_lib
 from trainer.encoders import handles
 from trainer.foundation import checks as config_checks
 from trainer.foundation import errors
+from trainer.foundation import shared_rows
 from trainer.foundation import tasks
 from trainer.model import classifier as model_lib
 from trainer.model import optimization
 from trainer.runtime import distribute
+from trainer.runtime import run_dir
 from trainer.runtime import stack
-from trainer.training import inputs
 from trainer.training import encoder_setup
+from trainer.training import inputs
+from trainer.training import launch
 from trainer.training import train_step
 
 
@@ -67,6 +77,9 @@ def check_stack(found=None):
 
 
 def check_model_dir(c):
+  """(the Check, the record of the run whose checkpoints model_dir holds, as
+  training reads it: `launch.run_record`): writable, and checkpoints there
+  have their record, which training refuses to go on without."""
   probe = os.path.join(c.model_dir, f".doctor-{uuid.uuid4().hex[:8]}")
   try:
     tf.io.gfile.makedirs(c.model_dir)
@@ -77,12 +90,21 @@ def check_model_dir(c):
     return Check(
         "model_dir", False, f"{c.model_dir} is not writable "
         f"({errors.first_line(e)})", "give a folder you can write (local or "
-        "gs:// with write access)")
-  return Check("model_dir", True, f"{c.model_dir} is writable")
+        "gs:// with write access)"), None
+  try:
+    record = launch.run_record(
+        run_dir.locations(c.model_dir, c.checkpoint_dir, c.summary_dir,
+                          c.export_base_dir))
+  except errors.ConfigError as e:
+    return Check("model_dir", False, str(e),
+                 "training stops with this line"), None
+  held = " and holds a run to resume" if record else ""
+  return Check("model_dir", True, f"{c.model_dir} is writable{held}"), record
 
 
 def _check_data(c, rows):
-  checks = []
+  """(a Check per split, the splits; None when they cannot be read)."""
+  checks, named = [], None
   try:
     task = tasks.resolve(c)
     named = splits_lib.make_splits(task, inputs.data_spec(c, task))
@@ -100,11 +122,12 @@ def _check_data(c, rows):
     checks.append(
         Check("data", False, errors.first_line(e),
               "fix the data flags or the file"))
-  return checks
+  return checks, named
 
 
 def _check_model(c, strategy):
-  """Handles, their fit, and the encoder (None when they do not load)."""
+  """Handles, their fit, and (preprocessor, encoder) (None when they do not
+  load)."""
   try:
     preprocessor, encoder = handles.load(c.encoder_handle,
                                          c.preprocessor_handle, strategy,
@@ -117,12 +140,100 @@ def _check_model(c, strategy):
   for fit in handles.fit_checks(encoder, preprocessor, c.seq_length,
                                 c.preprocessor_handle):
     checks.append(Check(fit.name, fit.ok, fit.detail, fit.error))
-  return checks, encoder
+  return checks, (preprocessor, encoder)
+
+
+@dataclasses.dataclass(frozen=True)
+class FirstRows:
+  """The first `rows` rows of Split `split`, as a Split: the sample whose
+  lengths the doctor measures (training measures the whole split)."""
+
+  split: splits_lib.Split
+  rows: int
+
+  @property
+  def source(self):
+    return self.split.source
+
+  def chunks(self, stripes=1):
+    return self.split.chunks(stripes).unbatch().take(self.rows).batch(512)
+
+
+class _Said(std_logging.Handler):
+  """Keeps the messages logged through absl while it is attached."""
+
+  def __init__(self):
+    super().__init__(std_logging.INFO)
+    self.lines = []
+
+  def emit(self, record):
+    self.lines.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def _training_says():
+  """The lines training's own functions log meanwhile (as far as absl's
+  verbosity lets them through: INFO under the command), so a check reports
+  training's words rather than a copy of its reasons."""
+  said = _Said()
+  logger = std_logging.getLogger("absl")
+  logger.addHandler(said)
+  try:
+    yield said.lines
+  finally:
+    logger.removeHandler(said)
+
+
+def check_shared_rows(c,
+                      strategy,
+                      preprocessor,
+                      encoder,
+                      train,
+                      rows=1000,
+                      record=None):
+  """How training lays its batches out (--shared_rows), decided by the
+  functions training calls: whether the encoder takes shared rows
+  (`inputs.rows_encoder`: an explicit list with an encoder it cannot
+  rebuild fails with training's line), and the row counts
+  (`inputs.resolve_layout`, the run's `Layout`: a list against the batch,
+  the replicas and --grad_accumulation_steps; auto's choice), measured on
+  the first `rows` rows of the Split `train`. `record`: the run's, for a
+  resume.
+
+  Returns:
+    (the Check, the encoder as training would run it: rebuilt for shared
+    rows, or as loaded; None when the check fails).
+  """
+  sample = FirstRows(train, rows)
+  encode = input_pipeline.labelled(
+      preprocessing.make_packer(preprocessor, c.seq_length))
+  # Training caches its length pass in the run's folder; the doctor's goes
+  # to a folder of its own, removed after.
+  with tempfile.TemporaryDirectory() as tmp, _training_says() as said:
+    out = run_dir.locations(tmp)
+    try:
+      encoder, takes_rows = inputs.rows_encoder(c, encoder, strategy, record)
+      layout = inputs.resolve_layout(c, sample, encode, rows, out, record,
+                                     strategy.num_replicas_in_sync, takes_rows)
+    except errors.ConfigError as e:
+      return Check("shared_rows", False, str(e),
+                   "training stops with this line"), None
+    detail = "; ".join(said)
+    if layout.rows:
+      detail = detail or shared_rows.describe(
+          inputs.length_histogram(c, sample, encode, out), layout.ladder,
+          c.batch_size)
+      detail += f" (measured on the first {rows} training rows)"
+  if not detail:
+    detail = (f"--shared_rows={c.shared_rows}: one example a row" +
+              (", the encoder rebuilt" if takes_rows else ""))
+  return Check("shared_rows", True, detail), encoder
 
 
 def run_checks(c, rows=1000):
   """Returns the list of Checks; stops early only where later checks need
-  what failed (no strategy: no handles; no handles: no compile)."""
+  what failed (no strategy: no handles; no handles or data: no layout; a
+  failure before: no compile)."""
   checks = [check_stack()]
   try:
     config_checks.validate(c)
@@ -142,11 +253,16 @@ def run_checks(c, rows=1000):
         Check("strategy", False, errors.first_line(e),
               "see the message; --tpu/--strategy/--batch_size"))
     return checks
-  checks.append(check_model_dir(c))
-  model_checks, encoder = _check_model(c, strategy)
-  checks += model_checks + _check_data(c, rows)
-  if encoder is not None and all(ch.ok for ch in checks):
-    checks.append(check_xla(c, strategy, encoder))
+  model_dir, record = check_model_dir(c)
+  model_checks, loaded = _check_model(c, strategy)
+  data_checks, named = _check_data(c, rows)
+  checks += [model_dir] + model_checks + data_checks
+  if loaded and named and all(ch.ok for ch in checks):
+    layout, encoder = check_shared_rows(c, strategy, *loaded, named["train"],
+                                        rows, record)
+    checks.append(layout)
+    if encoder is not None:  # training's: rebuilt for shared rows, or not
+      checks.append(check_xla(c, strategy, encoder))
   return checks
 
 

@@ -22,7 +22,9 @@ def main(flag_values):
   from trainer.serving import evaluate  # pylint: disable=g-import-not-at-top
   f = flag_values
   result = evaluate.evaluate(
-      cli.config_from_flags(f),
+      # Completed there: with --model_dir the run's config.json supplies
+      # the flags not given, not the demo's or a task's defaults.
+      cli.config_from_flags(f, complete=False),
       cli.given(f),
       export_dir=f.export_dir,
       checkpoint=f.checkpoint,

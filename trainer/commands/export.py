@@ -35,7 +35,8 @@ def main(flag_values):
   if f.format == "savedmodel" and f.output_dir:
     raise errors.ConfigError("--output_dir is for --format=huggingface; a "
                              "SavedModel goes to --export_base_dir")
-  export.read_run_config(f.model_dir)  # a run's folder, or a clear error
+  # A run's folder, or a clear error before anything is written.
+  export.read_run_config(f.model_dir, f.checkpoint_dir)
   demo_cache_dir = f.demo_cache_dir if f["demo_cache_dir"].present else None
   target = f.output_dir if f.format == "huggingface" else (
       f.export_base_dir or os.path.join(f.model_dir, "export"))

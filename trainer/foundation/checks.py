@@ -85,11 +85,14 @@ def _check_fields(c):
 def _check_handle(flag, handle):
   if handle == config_lib.DEMO or handle.startswith(("http://", "https://")):
     return  # a URL: TF Hub resolves it when the model loads
+  kind = path_kind(flag, handle)
+  if kind == "file":
+    _fail(flag, handle, _a_file(handle))
   if _is_remote(handle):
-    if path_kind(flag, handle) != "dir":
+    if kind != "dir":
       _fail(flag, handle, "no such folder; give a TF Hub SavedModel folder")
     return
-  if not _exists(handle):
+  if not kind:
     _fail(
         flag, handle, "no such folder; give a local SavedModel folder, a "
         "gs:// path, a https:// TF Hub / Kaggle URL, or 'demo'")
@@ -97,6 +100,16 @@ def _check_handle(flag, handle):
     _fail(
         flag, handle, "the folder holds no saved_model.pb; point it at a TF "
         "Hub SavedModel folder")
+
+
+def _a_file(handle):
+  """What to say of a handle that is a file: a handle is the SavedModel's
+  folder (its saved_model.pb beside variables/ and assets/)."""
+  if os.path.basename(handle) == "saved_model.pb":
+    return ("it is the SavedModel's graph file; give its folder, "
+            f"{os.path.dirname(handle) or '.'}")
+  return ("it is a file, not a folder; give a TF Hub SavedModel folder (the "
+          "one holding saved_model.pb)")
 
 
 def _check_sources(c):

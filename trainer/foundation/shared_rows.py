@@ -62,22 +62,53 @@ def parse(spec):
                        (1, "each at least 1"), ("row counts", "14,16"))
 
 
-def check_ladder(ladder, batch_size, multiple, flag="--shared_rows"):
+def split_over(multiple, accumulation=1):
+  """What a batch is split over, `multiple` parts in all: "R replica(s) x
+  K accumulation step(s)"."""
+  replicas = multiple // accumulation
+  return (f"{replicas} replica{'s' if replicas != 1 else ''} x "
+          f"{accumulation} accumulation step{'s' if accumulation != 1 else ''}")
+
+
+def nothing_to_share(batch_size, multiple, accumulation=1):
+  """Why no row count fits a batch of `batch_size` split over `multiple`
+  parts (replicas x `accumulation` steps), or '' when one does (a multiple
+  of `multiple` below `batch_size`): each part then holds one example,
+  and one example fills its row alone."""
+  if batch_size > multiple:
+    return ""
+  if batch_size == 1:
+    return ("a batch of one example (--batch_size=1) has no other to share "
+            "a row with")
+  return (f"--batch_size={batch_size} over {split_over(multiple, accumulation)}"
+          " is one example each, with no other to share a row with")
+
+
+def check_ladder(ladder,
+                 batch_size,
+                 multiple,
+                 flag="--shared_rows",
+                 accumulation=1):
   """ConfigError unless every row count is below `batch_size` (a batch of
   rows is the fallback already) and a multiple of `multiple` (replicas x
-  --grad_accumulation_steps: each replica and micro-batch gets whole
-  rows)."""
+  `accumulation`, --grad_accumulation_steps: each replica and micro-batch
+  gets whole rows). Where no count can be both, the message says so
+  instead of a fix that does not exist."""
+  given = f"{flag}={','.join(map(str, ladder))} is invalid"
+  why = nothing_to_share(batch_size, multiple, accumulation)
+  if why:
+    raise errors.ConfigError(f"{given}: {why}; use {flag}=none (auto turns "
+                             "rows off by itself)")
   for rows in ladder:
     if rows >= batch_size:
       raise errors.ConfigError(
-          f"{flag}={','.join(map(str, ladder))} is invalid: {rows} rows is "
-          f"not fewer than --batch_size={batch_size} (a batch that needs "
-          "that many runs one example a row anyway); give fewer rows")
+          f"{given}: {rows} rows is not fewer than --batch_size={batch_size} "
+          "(a batch that needs that many runs one example a row anyway); "
+          f"give counts below {batch_size}")
     if rows % multiple:
       raise errors.ConfigError(
-          f"{flag}={','.join(map(str, ladder))} is invalid: {rows} rows do "
-          f"not split over {multiple} replicas x accumulation steps; use "
-          f"multiples of {multiple}")
+          f"{given}: {rows} rows do not split over "
+          f"{split_over(multiple, accumulation)}; use multiples of {multiple}")
 
 
 def first_fit_decreasing(lengths, row_length, slots):
@@ -189,6 +220,13 @@ def choose(histogram, batch_size, multiple=1, max_shapes=MAX_AUTO_SHAPES):
   if cost / len(needed) > (1 - MIN_SAVING) * batch_size:
     return ()
   return ladder[:-1]
+
+
+def used_share(histogram, ladder, batch_size):
+  """The share of batches drawn from `histogram` (`simulate`) that run at
+  a row count of `ladder`; the others run one example a row."""
+  needed = simulate(histogram, batch_size, len(histogram) - 1)
+  return float(np.mean(needed <= max(ladder)))
 
 
 def describe(histogram, ladder, batch_size):

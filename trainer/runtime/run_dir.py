@@ -44,6 +44,13 @@ class Locations:
     return os.path.join(self.model_dir, "config.json")
 
   @property
+  def record_copy(self):
+    """A copy of config.json beside the checkpoints, written with it: what
+    the refusal of a folder that lost its config.json points to
+    (`read_record`). No command resumes from it by itself."""
+    return os.path.join(self.checkpoints, "run_config.json")
+
+  @property
   def summary_json(self):
     return os.path.join(self.model_dir, "summary.json")
 
@@ -119,6 +126,70 @@ def check_resume(saved, c):
   return allowed
 
 
+MISSING = "is missing"
+
+
+def _parse_record(path):
+  """(the run's record at `path` as a dict, '') or (None, why it is none:
+  MISSING, not valid JSON, not a training run's record). Logs nothing:
+  a refused command leaves train.log as it was."""
+  if not tf.io.gfile.exists(path):
+    return None, MISSING
+  with tf.io.gfile.GFile(path) as f:
+    text = f.read()
+  try:
+    record = json.loads(text)
+  except ValueError:
+    return None, "is unreadable (not valid JSON)"
+  if not (isinstance(record, dict) and isinstance(record.get("config"), dict)):
+    return None, ("is unreadable (not a training run's record: no "
+                  "\"config\" object)")
+  return record, ""
+
+
+def read_record(where, holds_checkpoints):
+  """The record (config.json) of the run in Locations `where`.
+
+  Args:
+    where: the run's Locations.
+    holds_checkpoints: whether its checkpoint folder holds a checkpoint
+      (`checkpoints.exist`).
+
+  Returns:
+    (the record, '') or, for a folder without checkpoints, (None, why it
+    has none: MISSING, or why it is unreadable).
+
+  Raises:
+    ConfigError: the folder holds checkpoints but no readable record. What
+      those checkpoints mean (the encoder, the classes, the data and its
+      order, the batch) is known only from it, so no command may resume,
+      score or export them under flags that cannot be checked. The message
+      points to the run's copy (`Locations.record_copy`) when it is
+      readable.
+  """
+  record, why = _parse_record(where.config_json)
+  if record is not None or not holds_checkpoints:
+    return record, why
+  copy, _ = _parse_record(where.record_copy)
+  restore = (f"restore it (the run keeps a copy: cp {where.record_copy} "
+             f"{where.config_json})"
+             if copy is not None else "restore it from a backup")
+  raise errors.ConfigError(
+      f"--model_dir={where.model_dir} holds a run's checkpoints "
+      f"({where.checkpoints}) but its config.json {why}, so this run's flags "
+      f"cannot be checked against them; {restore}, or use a new "
+      "--model_dir; nothing was changed")
+
+
+def copy_record(where):
+  """Copies the run's config.json to `Locations.record_copy` (atomically,
+  as every JSON file here), beside the checkpoints it describes."""
+  with tf.io.gfile.GFile(where.config_json) as f:
+    text = f.read()
+  tf.io.gfile.makedirs(where.checkpoints)
+  _write_text(where.record_copy, text)
+
+
 def check_output_file(flag, path):
   """An output file's folder must exist (the command would fail at its
   end otherwise, after all the work)."""
@@ -132,10 +203,15 @@ def check_output_file(flag, path):
 
 
 def write_json(path, obj):
-  """Writes `obj` as JSON to `path` atomically (temp file, then rename)."""
+  """Writes `obj` as JSON to `path` atomically (`_write_text`)."""
+  _write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def _write_text(path, text):
+  """Writes `text` to `path` atomically (temp file, then rename)."""
   tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
   with tf.io.gfile.GFile(tmp, "w") as f:
-    f.write(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    f.write(text)
   tf.io.gfile.rename(tmp, path, overwrite=True)
 
 

@@ -23,8 +23,8 @@ classes, the PR curve.
 
 import dataclasses
 import json
-import os
 
+from absl import logging
 import numpy as np
 import tensorflow as tf
 
@@ -38,19 +38,26 @@ from trainer.foundation import checks
 from trainer.foundation import config as config_lib
 from trainer.foundation import errors
 from trainer.foundation import tasks
+from trainer.model import checkpoints
 from trainer.runtime import run_dir
 from trainer.serving import export
 
 
 def with_run_config(c, given):
-  """`c` over the run's config.json when `c.model_dir` holds one: the run's
-  flags, and those of `c` named in `given` (the user's) instead."""
-  if "model_dir" not in given or not tf.io.gfile.exists(
-      os.path.join(c.model_dir, "config.json")):
-    return c
-  saved = export.read_run_config(c.model_dir)
-  return dataclasses.replace(
-      saved, **{n: getattr(c, n) for n in given if n in config_lib.FIELDS})
+  """`c` over the run's config.json when `c.model_dir` holds a run: the
+  run's flags, and those of `c` named in `given` (the user's) instead.
+  Otherwise `c` completed as trainer.main completes its flags
+  (`config.complete`: a TFDS task's fields, the demo's defaults), which a
+  run's own flags need not be: its log would open with the demo's
+  defaults for a run that is not the demo."""
+  if "model_dir" in given:
+    where = run_dir.locations(c.model_dir, c.checkpoint_dir)
+    if (tf.io.gfile.exists(where.config_json) or
+        checkpoints.exist(where.checkpoints)):
+      saved = export.read_run_config(c.model_dir, c.checkpoint_dir)
+      return dataclasses.replace(
+          saved, **{n: getattr(c, n) for n in given if n in config_lib.FIELDS})
+  return config_lib.complete(c, given)
 
 
 def _check_classes(c, classes, what):
@@ -81,23 +88,31 @@ def call(serve, texts):
 
 
 def serving(c, task, export_dir="", checkpoint=""):
-  """(serve fn of texts, class names or None to take the Task's): the
-  export at `export_dir`, else the run in `c.model_dir` rebuilt from its
-  `checkpoint` (the best, else the newest)."""
+  """(serve fn of texts, class names or None to take the Task's, what is
+  scored: {export_dir} or {checkpoint, step}): the export at `export_dir`,
+  else the run in `c.model_dir` rebuilt from its `checkpoint` (the best,
+  else the newest)."""
   if export_dir:
     serve, classes = export.load_serving(export_dir)
     _check_classes(c, classes, f"the export {export_dir}")
     _check_pairs(task, export.pairs(serve), f"the export {export_dir}")
-    return lambda texts: call(serve, texts), None
-  saved = export.read_run_config(c.model_dir)
+    logging.info("Scoring the export %s", export_dir)
+    return lambda texts: call(serve, texts), None, dict(export_dir=export_dir)
+  saved = export.read_run_config(c.model_dir, c.checkpoint_dir)
   _check_classes(c, saved.num_classes, f"the run in {c.model_dir}")
   _check_pairs(task, tasks.resolve(saved).pairs, f"the run in {c.model_dir}")
-  preprocessor, model, _, _ = export.load_classifier(
-      dataclasses.replace(saved, demo_cache_dir=c.demo_cache_dir), checkpoint)
+  preprocessor, model, path, step = export.load_classifier(
+      dataclasses.replace(
+          saved,
+          demo_cache_dir=c.demo_cache_dir,
+          checkpoint_dir=c.checkpoint_dir), checkpoint)
+  # A run's best checkpoint is not always its newest: say which is scored.
+  logging.info("Scoring %s (step %d) of the run in %s", path, step, c.model_dir)
   module = export.serving_module(model, preprocessor, c.seq_length, task,
                                  export.read_layout(c).lengths)
   serve = module.serve_rows or module.serve
-  return lambda texts: call(serve, texts), task.class_names
+  return (lambda texts: call(serve, texts), task.class_names,
+          dict(checkpoint=path, step=step))
 
 
 def data_split(c, task, split="", input_file=""):
@@ -244,9 +259,10 @@ def evaluate(c=None,
   _check_outputs(output_file, tensorboard_dir)
   c = checks.validate(with_run_config(c, given))
   task = tasks.resolve(c)
-  serve, names = serving(c, task, export_dir, checkpoint)
+  serve, names, scored = serving(c, task, export_dir, checkpoint)
   result, histograms = score(task, serve, data_split(c, task, split,
                                                      input_file), names)
+  result.update(scored)
   if output_file:
     with tf.io.gfile.GFile(output_file, "w") as f:
       f.write(json.dumps(result, indent=2, sort_keys=True) + "\n")

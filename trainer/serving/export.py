@@ -26,7 +26,6 @@ renamed into place: a crash never leaves a half model under the final name.
 """
 
 import dataclasses
-import json
 import os
 
 from absl import logging
@@ -142,22 +141,24 @@ def read_layout(c):
   return layout_lib.Layout.from_record(record, c)
 
 
-def read_run_config(model_dir):
+def read_run_config(model_dir, checkpoint_dir=""):
   """The Config a training run wrote to model_dir/config.json, with its
   locations those of `model_dir` as it is now (a run folder copied to
   another bucket or a laptop reads and writes where it now is). A key this
   version does not know is dropped with a warning (a field since removed);
-  one it lacks takes its default (a field added since)."""
-  path = os.path.join(model_dir, "config.json")
-  if not tf.io.gfile.exists(path):
+  one it lacks takes its default (a field added since). A folder whose
+  checkpoints (in `checkpoint_dir`, default model_dir/checkpoints) lost
+  their config.json is a ConfigError (`run_dir.read_record`)."""
+  where = run_dir.locations(model_dir, checkpoint_dir)
+  record, why = run_dir.read_record(where, checkpoints.exist(where.checkpoints))
+  path = where.config_json
+  if why == run_dir.MISSING:
     raise ExportError(f"--model_dir={model_dir} has no config.json; is it "
                       "the model_dir of a training run?")
-  with tf.io.gfile.GFile(path) as f:
-    try:
-      saved = json.load(f)["config"]
-    except (ValueError, KeyError, TypeError):
-      raise ExportError(f"{path} is not a training run's config.json (no "
-                        "\"config\" object)") from None
+  if record is None:
+    raise ExportError(f"{path} is not a training run's config.json: it "
+                      f"{why}")
+  saved = record["config"]
   unknown = sorted(set(saved) - set(config_lib.FIELDS))
   if unknown:
     logging.warning("%s: ignoring %s (not a flag of this version)", path,
@@ -392,7 +393,7 @@ def export_run(model_dir,
   from `checkpoint_dir` (default model_dir/checkpoints) and its demo
   assets from `demo_cache_dir` when given.
   """
-  c = read_run_config(model_dir)
+  c = read_run_config(model_dir, checkpoint_dir)
   if c.task == tasks.TAGGING:
     raise ExportError(
         f"--model_dir={model_dir} is a tagging run, which this trainer does "

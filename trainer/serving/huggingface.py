@@ -205,7 +205,7 @@ def export_run(model_dir,
   returns output_dir. What cannot be exported is an ExportError before
   anything is written."""
   _check_target(output_dir)
-  c = export.read_run_config(model_dir)
+  c = export.read_run_config(model_dir, checkpoint_dir)
   c = dataclasses.replace(
       c,
       checkpoint_dir=checkpoint_dir,

@@ -37,12 +37,26 @@ from trainer.serving import export
 PredictError = errors.ConfigError
 
 
+class Tally:
+  """The rows an input yielded: `read` counts those read (skipped ones
+  too), as the reader goes."""
+
+  def __init__(self):
+    self.read = 0
+
+  def count(self, rows):
+    for row in rows:
+      self.read += 1
+      yield row
+
+
 def read_texts(input_file,
                text_column="text",
                quoting="csv",
                header="auto",
                encoding="",
-               file_format="auto"):
+               file_format="auto",
+               tally=None):
   """Yields the texts of `input_file` one by one (streamed): strings, or
   (text, text_pair) tuples when `text_column` names two columns.
 
@@ -50,7 +64,9 @@ def read_texts(input_file,
   read by the reader training and `trainer.evaluate` use, labels not read:
   the same encoding, header, quoting and layout rules, the same rows
   skipped (malformed, empty text: counted, and said at the end). Another
-  file holds one text per line."""
+  file holds one text per line. `tally` (a `Tally`) counts the rows read,
+  those skipped too."""
+  tally = tally or Tally()
   if not tf.io.gfile.exists(input_file):
     raise PredictError(f"--input_file={input_file} does not exist")
   names = [n.strip() for n in text_column.split(",")]
@@ -59,14 +75,14 @@ def read_texts(input_file,
     if len(names) > 1:
       raise PredictError(f"--input_file={input_file}: sentence pairs need "
                          "a CSV/TSV with --text_column=a,b")
-    yield from _lines(input_file, encoding)
+    yield from tally.count(_lines(input_file, encoding))
     return
   source = sources.FileSource(input_file, {}, file_format, text_column, "",
                               encoding, "", header, quoting)
   logging.info("%s: %s", input_file, source.layout().describe())
   skipped = {}
   for chunk in splits.Split("input", source).chunks().as_numpy_iterator():
-    for texts, reason in zip(chunk["text"], chunk["reason"]):
+    for texts, reason in tally.count(zip(chunk["text"], chunk["reason"])):
       if reason:
         name = sources.REASONS[reason]
         skipped[name] = skipped.get(name, 0) + 1
@@ -134,6 +150,18 @@ def _serve(serve, batch, pairs):
         text=tf.constant([t[0] for t in batch]),
         text_pair=tf.constant([t[1] for t in batch]))
   return serve(text=tf.constant(batch))
+
+
+def _said(rows, what, tally):
+  """`rows` (the predictions), then one line: the rows of `what` read and
+  scored; a warning when none was, since no output at all would otherwise
+  be all an empty input gives."""
+  scored = 0
+  for row in rows:
+    scored += 1
+    yield row
+  (logging.info if scored else logging.warning)("%s: %d rows read, %d scored",
+                                                what, tally.read, scored)
 
 
 def predictions(serve, texts, batch_size=256):
@@ -232,11 +260,16 @@ def predict(export_dir,
     raise PredictError(f"give one --text_pair per --text ({len(texts)} "
                        f"--text, {len(text_pairs)} --text_pair)")
   serve, _ = export.load_serving(export_dir)
+  tally = Tally()
   if tfds_name:
-    rows = read_tfds(tfds_name, split or "test", text_key, data_dir)
+    what = f"--tfds_name={tfds_name} --split={split or 'test'}"
+    rows = tally.count(
+        read_tfds(tfds_name, split or "test", text_key, data_dir))
   elif input_file:
+    what = f"--input_file={input_file}"
     rows = read_texts(input_file, text_column, quoting, header, encoding,
-                      file_format)
+                      file_format, tally)
   else:
-    rows = list(zip(texts, text_pairs)) if text_pairs else texts
-  return predictions(serve, rows, batch_size)
+    what = "--text"
+    rows = tally.count(list(zip(texts, text_pairs)) if text_pairs else texts)
+  return _said(predictions(serve, rows, batch_size), what, tally)

@@ -142,17 +142,25 @@ def resolve_rows(c, split, encode, out, saved, multiple):
   [] (or counts none of which fit under the batch here)."""
   spec = layout_lib.requested(c).rows
   recorded = (saved or {}).get("shared_rows")
+  k = c.grad_accumulation_steps
   if recorded is not None:
     ladder = shared_rows.fit_to(recorded, multiple, c.batch_size)
     if ladder != tuple(recorded):
       logging.info(
-          "Shared rows: the run's row counts %s do not split over %d "
-          "replicas x accumulation steps; %s instead (the layout only: "
-          "each step trains the same examples)", recorded, multiple, ladder)
+          "Shared rows: the run's row counts %s do not split over %s; %s "
+          "instead (the layout only: each step trains the same examples)",
+          recorded, shared_rows.split_over(multiple, k), ladder)
     return ladder
   if spec != shared_rows.AUTO:
-    shared_rows.check_ladder(spec, c.batch_size, multiple)
+    shared_rows.check_ladder(spec, c.batch_size, multiple, accumulation=k)
+    _warn_if_unused(c, spec, length_histogram(c, split, encode, out), multiple)
     return spec
+  why = shared_rows.nothing_to_share(c.batch_size, multiple, k)
+  if why:  # not the texts' lengths: nothing to measure
+    logging.info(
+        "Shared rows (--shared_rows=auto): off, one example a row "
+        "(%s)", why)
+    return ()
   histogram = length_histogram(c, split, encode, out)
   ladder = shared_rows.choose(histogram, c.batch_size, multiple)
   if not ladder:
@@ -280,6 +288,21 @@ def resolve_layout(c, split, encode, rows_used, out, saved, replicas, rebuilt):
   ladder = resolve_rows(c, split, encode, out, saved, replicas *
                         c.grad_accumulation_steps) if rebuilt else None
   return layout_lib.Layout.build(c, lengths, ladder, replicas, in_buckets)
+
+
+def _warn_if_unused(c, ladder, histogram, multiple):
+  """A row count list that no batch fits runs every step one example a
+  row, as --shared_rows=none would but with the encoder rebuilt: said once,
+  with what auto would choose for these texts."""
+  if shared_rows.used_share(histogram, ladder, c.batch_size):
+    return
+  auto = shared_rows.choose(histogram, c.batch_size, multiple)
+  logging.warning(
+      "Shared rows: no batch fits --shared_rows=%s (batches of %d at "
+      "--seq_length=%d need more rows), so every step runs one example a "
+      "row; --shared_rows=auto would %s", c.shared_rows, c.batch_size,
+      c.seq_length, f"choose {','.join(map(str, auto))}"
+      if auto else "keep one example a row too (or give --shared_rows=none)")
 
 
 def shuffle(saved, model_dir):

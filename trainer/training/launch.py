@@ -191,6 +191,7 @@ def _write_config(run, plan, strategy, route, layer_rates, data):
           precision_note=route.note,
           layer_rates=layer_rates,
           tensorflow=tf.__version__))
+  run_dir.copy_record(run.out)
 
 
 def _log_layer_rates(table):
@@ -201,15 +202,27 @@ def _log_layer_rates(table):
             f"  {name:<12} {factor:.4g}" for name, factor in table.items()))
 
 
-def _resumed(c, shared):
-  """Before anything is written: (the record (config.json) of the run whose
-  checkpoints model_dir holds, None for a fresh run; the Config to run; how
-  its epochs are shuffled, `inputs.shuffle`).
+def run_record(shared):
+  """The record (config.json) of the run whose checkpoints model_dir holds,
+  None for a new run. Checkpoints without a readable record are refused
+  (`run_dir.read_record`): `setup` reads it before the run's log opens, so
+  the refusal leaves train.log as it was; `trainer.doctor` reads it too."""
+  held = checkpoints.exist(shared.checkpoints)
+  record, why = run_dir.read_record(shared, held)
+  if why and why != run_dir.MISSING:
+    logging.warning("Ignoring %s, which %s: no checkpoint to resume",
+                    shared.config_json, why)
+  return record if held else None
+
+
+def _resumed(c, shared, saved):
+  """Before anything is written: (`saved`, the record of the run whose
+  checkpoints model_dir holds (`run_record`), None for a fresh run; the Config
+  to run; how its epochs are shuffled, `inputs.shuffle`).
   A field left at a default that changed since the run began takes the
   run's value (`config.run_defaults`); the run is resumed only with flags
   that continue it (`check_resume`)."""
-  saved = run_dir.read_json(shared.config_json)
-  if not (saved and checkpoints.exist(shared.checkpoints)):
+  if saved is None:
     return None, c, input_pipeline.SHUFFLE
   recorded = layout_lib.recorded_config(saved)
   c, kept = config_lib.run_defaults(c, recorded)
@@ -321,11 +334,11 @@ def _actions(c, task, run, plan, state, evaluator, signals):
   return train_actions, evaluations, best, stop, closing
 
 
-def _build(run, strategy, signals):
-  """The rest of `setup`, once the run's folder is this process's."""
-  run.config, run.task = inputs.resolve_tags(
-      run.config, run.task, run_dir.read_json(run.shared.config_json))
-  saved, run.config, shuffle = _resumed(run.config, run.shared)
+def _build(run, strategy, signals, saved):
+  """The rest of `setup`, once the run's folder is this process's and its
+  record (`run_record`) read."""
+  run.config, run.task = inputs.resolve_tags(run.config, run.task, saved)
+  saved, run.config, shuffle = _resumed(run.config, run.shared, saved)
   c, task = run.config, run.task
   preprocessor, encoder, route, rebuilt = encoder_setup.load_model(
       c, task, strategy, saved)
@@ -387,8 +400,9 @@ def setup(c, command="trainer.main", signals=None):
   if chief:
     run.lock = run_dir.Lock(c.model_dir, command).__enter__()
   try:
+    saved = run_record(shared)
     run.log = logs.open_run_log(out.log_file) if chief else None
-    return _build(run, strategy, signals)
+    return _build(run, strategy, signals, saved)
   except BaseException:
     run.close()
     raise
