@@ -194,7 +194,8 @@ def test_resolve_rows_tells_rebuilt_without_rows_from_rows(
         seq_length=32,
         batch_size=16)
     return inputs.resolve_rows(c, testing.split(tmp_path / f"{texts}.csv"),
-                               packer, out, saved, multiple)
+                               input_pipeline.labelled(packer), out, saved,
+                               multiple)
 
   assert resolve("long") == ()
   auto = shared_rows.choose(
