@@ -21,6 +21,8 @@ from trainer.foundation import tasks
 from trainer.model import classifier
 from trainer.runtime import run_dir
 from trainer.serving import export
+from trainer.serving import exported
+from trainer.serving import run_folder
 from trainer.training import train_step
 
 TEXTS = [
@@ -81,8 +83,8 @@ def test_export_matches_trainer_eval_step_and_token_ids(demo_run, tmp_path):
   path = tmp_path / "t.csv"
   path.write_text("text,label\n" +
                   "".join('"' + t.replace('"', '""') + '",0\n' for t in TEXTS))
-  c = export.read_run_config(demo_run["model_dir"])
-  preprocessor, model, _, step = export.load_classifier(c)
+  c = run_folder.read_run_config(demo_run["model_dir"])
+  preprocessor, model, _, step = run_folder.load_classifier(c)
   assert step == 20
   split = splits_lib.Split("t", sources.FileSource(str(path), {0: 0}))
   packer = preprocessing.make_packer(preprocessor, c.seq_length)
@@ -124,8 +126,8 @@ def test_a_text_gets_the_same_probabilities_in_every_bucket(demo_run):
   np.testing.assert_allclose(alone, among_long[:4], atol=1e-5)
   np.testing.assert_allclose(alone, among_longest[:4], atol=1e-5)
   # The same classifier served at --seq_length only: the same numbers.
-  c = export.read_run_config(demo_run["model_dir"])
-  preprocessor, model, _, _ = export.load_classifier(c)
+  c = run_folder.read_run_config(demo_run["model_dir"])
+  preprocessor, model, _, _ = run_folder.load_classifier(c)
   fixed = export.serving_module(model, preprocessor, c.seq_length,
                                 tasks.resolve(c))
   assert fixed.preprocess(tf.constant(short))["input_word_ids"].shape[1] == 32
@@ -149,8 +151,8 @@ def test_bad_input_at_serving(demo_run):
 
 def test_interrupted_export_leaves_no_folder_under_the_final_name(
     demo_run, tmp_path, monkeypatch):
-  c = export.read_run_config(demo_run["model_dir"])
-  preprocessor, model, _, _ = export.load_classifier(c)
+  c = run_folder.read_run_config(demo_run["model_dir"])
+  preprocessor, model, _, _ = run_folder.load_classifier(c)
   module = export.ServingModule(preprocessor, model, c.seq_length,
                                 ["negative", "positive"])
   target = str(tmp_path / "export" / "7")
@@ -190,8 +192,8 @@ print(json.dumps(dict(trainer="trainer" in sys.modules,
   # The trainer's side: its pipeline over a TSV of the same pairs and its
   # predict step on the model restored from the same checkpoint.
   path = testing.pair_file(tmp_path, [(a, b, 0) for a, b in testing.PAIRS])
-  c = export.read_run_config(model_dir)
-  preprocessor, model, _, _ = export.load_classifier(c)
+  c = run_folder.read_run_config(model_dir)
+  preprocessor, model, _, _ = run_folder.load_classifier(c)
   source = sources.FileSource(path, {"0": 0}, text_column="q,s", quoting="none")
   packer = preprocessing.make_packer(preprocessor, c.seq_length)
   # An empty-looking side (zero-width characters only) is not empty raw
@@ -283,17 +285,17 @@ def test_the_shared_rows_signature_serves_as_serving_default(
         if pairs else dict(text=tf.constant(TEXTS)))
     one, shared = (
         signatures[k](**inputs)
-        for k in ("serving_default", export.SHARED_ROWS))
+        for k in ("serving_default", exported.SHARED_ROWS))
     np.testing.assert_allclose(
         shared["probabilities"].numpy(),
         one["probabilities"].numpy(),
         atol=1e-6)
     assert shared["class_names"].numpy().tolist() == one["class_names"].numpy(
     ).tolist()
-    serve, classes = export.load_serving(path)
-    assert classes == 2 and export.pairs(serve) == pairs
+    serve, classes = exported.load_serving(path)
+    assert classes == 2 and exported.pairs(serve) == pairs
     assert serve.structured_outputs.keys() == one.keys()
-    empty = signatures[export.SHARED_ROWS](**{
+    empty = signatures[exported.SHARED_ROWS](**{
         k: tf.constant([], tf.string) for k in inputs
     })
     assert empty["probabilities"].shape == (0, 2)

@@ -15,7 +15,7 @@ from trainer.data import splits
 from trainer.foundation import config as config_lib
 from trainer.foundation import errors
 from trainer.foundation import tasks
-from trainer.serving import export
+from trainer.serving import exported
 from trainer.serving import predict
 from trainer.training import inputs
 
@@ -23,7 +23,7 @@ from trainer.training import inputs
 @pytest.mark.slow
 def test_hidden_label_test_splits_are_predictable(mrpc_run):
   summary = mrpc_run["summary"]
-  serve, _ = export.load_serving(summary["export_dir"])
+  serve, _ = exported.load_serving(summary["export_dir"])
   with tfds.testing.mock_data(num_examples=5):
     rows = list(
         predict.predictions(serve, predict.read_tfds("glue/mrpc", "test"), 2))
@@ -116,7 +116,7 @@ def test_predictions_batch_by_length_and_keep_the_input_order(demo_run):
   """Texts of mixed lengths are sorted into batches of like length (each
   packed to its own bucket) and come back in the order given, each with
   the probabilities it gets alone."""
-  serve, _ = export.load_serving(demo_run["export_dir"])
+  serve, _ = exported.load_serving(demo_run["export_dir"])
   texts = [("word " * (i * 7 % 13)) + f"text {i}" for i in range(21)]
   rows = list(predict.predictions(serve, iter(texts), batch_size=4))
   assert [r["text"] for r in rows] == texts

@@ -25,6 +25,8 @@ from trainer.foundation import config as config_lib
 from trainer.foundation import errors
 from trainer.foundation import tasks
 from trainer.serving import export
+from trainer.serving import exported
+from trainer.serving import run_folder
 from trainer.training import actions
 from trainer.training import launch
 from trainer.training import train_lib
@@ -323,8 +325,8 @@ def test_tfds_glue_mnli_and_stsb_end_to_end(tmp_path, command, demo_paths):
   assert -1 <= stsb["eval_pearson"] <= 1 and -1 <= stsb["eval_spearman"] <= 1
   assert "eval_accuracy" not in stsb
   assert stsb["best_metric"] == {"eval/spearman": stsb["eval_spearman"]}
-  serve, classes = export.load_serving(stsb["export_dir"])
-  assert classes == 1 and export.pairs(serve)
+  serve, classes = exported.load_serving(stsb["export_dir"])
+  assert classes == 1 and exported.pairs(serve)
   scores = serve(text=tf.constant(["a b"]), text_pair=tf.constant(["c"]))
   assert scores["scores"].shape == [1] and scores["scores"].dtype == tf.float32
   with open(os.path.join(model_dir, "config.json")) as f:
@@ -694,8 +696,9 @@ def test_the_moving_average_is_what_evals_and_exports_use(
       for m in (at_end, again)
   ]
   np.testing.assert_allclose(probabilities[0], probabilities[1], atol=1e-6)
-  raw = dataclasses.replace(export.read_run_config(c.model_dir), ema_decay=0.0)
-  preprocessor, model, _, _ = export.load_classifier(raw)
+  raw = dataclasses.replace(
+      run_folder.read_run_config(c.model_dir), ema_decay=0.0)
+  preprocessor, model, _, _ = run_folder.load_classifier(raw)
   served = export.serving_module(model, preprocessor, c.seq_length,
                                  tasks.resolve(raw))
   raw_probabilities = served.serve(texts)["probabilities"].numpy()

@@ -27,6 +27,7 @@ def main(flag_values):
   # Imported here, so --help does not load TensorFlow.
   from trainer.runtime import run_dir  # pylint: disable=g-import-not-at-top
   from trainer.serving import export  # pylint: disable=g-import-not-at-top
+  from trainer.serving import run_folder  # pylint: disable=g-import-not-at-top
   from trainer.serving import huggingface  # pylint: disable=g-import-not-at-top
   f = flag_values
   if f.format not in FORMATS:
@@ -36,7 +37,7 @@ def main(flag_values):
     raise errors.ConfigError("--output_dir is for --format=huggingface; a "
                              "SavedModel goes to --export_base_dir")
   # A run's folder, or a clear error before anything is written.
-  export.read_run_config(f.model_dir, f.checkpoint_dir)
+  run_folder.read_run_config(f.model_dir, f.checkpoint_dir)
   demo_cache_dir = f.demo_cache_dir if f["demo_cache_dir"].present else None
   target = f.output_dir if f.format == "huggingface" else (
       f.export_base_dir or os.path.join(f.model_dir, "export"))

@@ -41,6 +41,8 @@ from trainer.foundation import tasks
 from trainer.model import checkpoints
 from trainer.runtime import run_dir
 from trainer.serving import export
+from trainer.serving import exported
+from trainer.serving import run_folder
 
 
 def with_run_config(c, given):
@@ -54,7 +56,7 @@ def with_run_config(c, given):
     where = run_dir.locations(c.model_dir, c.checkpoint_dir)
     if (tf.io.gfile.exists(where.config_json) or
         checkpoints.exist(where.checkpoints)):
-      saved = export.read_run_config(c.model_dir, c.checkpoint_dir)
+      saved = run_folder.read_run_config(c.model_dir, c.checkpoint_dir)
       return dataclasses.replace(
           saved, **{n: getattr(c, n) for n in given if n in config_lib.FIELDS})
   return config_lib.complete(c, given)
@@ -93,15 +95,15 @@ def serving(c, task, export_dir="", checkpoint=""):
   else the run in `c.model_dir` rebuilt from its `checkpoint` (the best,
   else the newest)."""
   if export_dir:
-    serve, classes = export.load_serving(export_dir)
+    serve, classes = exported.load_serving(export_dir)
     _check_classes(c, classes, f"the export {export_dir}")
-    _check_pairs(task, export.pairs(serve), f"the export {export_dir}")
+    _check_pairs(task, exported.pairs(serve), f"the export {export_dir}")
     logging.info("Scoring the export %s", export_dir)
     return lambda texts: call(serve, texts), None, dict(export_dir=export_dir)
-  saved = export.read_run_config(c.model_dir, c.checkpoint_dir)
+  saved = run_folder.read_run_config(c.model_dir, c.checkpoint_dir)
   _check_classes(c, saved.num_classes, f"the run in {c.model_dir}")
   _check_pairs(task, tasks.resolve(saved).pairs, f"the run in {c.model_dir}")
-  preprocessor, model, path, step = export.load_classifier(
+  preprocessor, model, path, step = run_folder.load_classifier(
       dataclasses.replace(
           saved,
           demo_cache_dir=c.demo_cache_dir,
@@ -109,7 +111,7 @@ def serving(c, task, export_dir="", checkpoint=""):
   # A run's best checkpoint is not always its newest: say which is scored.
   logging.info("Scoring %s (step %d) of the run in %s", path, step, c.model_dir)
   module = export.serving_module(model, preprocessor, c.seq_length, task,
-                                 export.read_layout(c).lengths)
+                                 run_folder.read_layout(c).lengths)
   serve = module.serve_rows or module.serve
   return (lambda texts: call(serve, texts), task.class_names,
           dict(checkpoint=path, step=step))

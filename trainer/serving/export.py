@@ -4,8 +4,9 @@ One route for every export: `write(model, preprocessor, seq_length, task,
 export_dir)` saves a classifier (`finish` hands it the run's live model,
 just restored to its best checkpoint); `export_run(model_dir)` (`python -m
 trainer.export`, `trainer.export(...)`) rebuilds a run's classifier on the
-host from its folder (config.json and a checkpoint) and calls the same
-function. The export, <export_base_dir>/<step>/, has the signatures
+host from its folder (`run_folder`: config.json and a checkpoint) and calls
+the same function; `exported` loads an export back. The export,
+<export_base_dir>/<step>/, has the signatures
 
     serving_default(text: [batch] tf.string) ->
         probabilities [batch, num_classes] float32, class_ids [batch] int32,
@@ -26,7 +27,6 @@ renamed into place: a crash never leaves a half model under the final name.
 """
 
 import dataclasses
-import os
 
 from absl import logging
 import tensorflow as tf
@@ -36,21 +36,16 @@ from trainer.data import preprocessing
 from trainer.data import row_layout
 from trainer.encoders import handles
 from trainer.encoders import native
-from trainer.foundation import checks
-from trainer.foundation import config as config_lib
 from trainer.foundation import errors
-from trainer.foundation import layout as layout_lib
 from trainer.foundation import tasks
-from trainer.model import checkpoints
 from trainer.model import classifier as model_lib
 from trainer.runtime import distribute
 from trainer.runtime import run_dir
+from trainer.serving import exported
+from trainer.serving import run_folder
 
 ExportError = errors.ExportError
 
-# The signature that serves as serving_default does with several texts a
-# row (exports whose encoder is this project's); `load_serving` prefers it.
-SHARED_ROWS = "serve_shared_rows"
 _TEXT = tf.TensorSpec([None], tf.string, name="text")
 _PAIR = (_TEXT, tf.TensorSpec([None], tf.string, name="text_pair"))
 
@@ -134,91 +129,6 @@ def bucketed_packer(pack, buckets):
   return packed
 
 
-def read_layout(c):
-  """The `Layout` the run of Config `c` recorded in its config.json (the
-  one --seq_length of a run from before buckets)."""
-  record = run_dir.read_json(os.path.join(c.model_dir, "config.json"))
-  return layout_lib.Layout.from_record(record, c)
-
-
-def read_run_config(model_dir, checkpoint_dir=""):
-  """The Config a training run wrote to model_dir/config.json, with its
-  locations those of `model_dir` as it is now (a run folder copied to
-  another bucket or a laptop reads and writes where it now is). A key this
-  version does not know is dropped with a warning (a field since removed);
-  one it lacks takes its default (a field added since). A folder whose
-  checkpoints (in `checkpoint_dir`, default model_dir/checkpoints) lost
-  their config.json is a ConfigError (`run_dir.read_record`)."""
-  where = run_dir.locations(model_dir, checkpoint_dir)
-  record, why = run_dir.read_record(where, checkpoints.exist(where.checkpoints))
-  path = where.config_json
-  if why == run_dir.MISSING:
-    raise ExportError(f"--model_dir={model_dir} has no config.json; is it "
-                      "the model_dir of a training run?")
-  if record is None:
-    raise ExportError(f"{path} is not a training run's config.json: it "
-                      f"{why}")
-  saved = record["config"]
-  unknown = sorted(set(saved) - set(config_lib.FIELDS))
-  if unknown:
-    logging.warning("%s: ignoring %s (not a flag of this version)", path,
-                    ", ".join(unknown))
-  known = {k: v for k, v in saved.items() if k in config_lib.FIELDS}
-  moved = {k: v for k, v in known.items() if k in _LOCATIONS and v}
-  if moved:
-    logging.info(
-        "%s names %s; this reads and writes under --model_dir=%s instead "
-        "(give those flags to use them)", path,
-        ", ".join(f"--{k}={v}" for k, v in sorted(moved.items())), model_dir)
-  return config_lib.Config(
-      **dict(known, model_dir=model_dir, **dict.fromkeys(_LOCATIONS, "")))
-
-
-# The output locations a config.json may name: never used as saved.
-_LOCATIONS = ("checkpoint_dir", "summary_dir", "export_base_dir")
-
-
-def load_classifier(c, checkpoint="", io_device=None):
-  """Rebuilds the classifier of the run of Config `c` (`read_run_config`)
-  on the host and restores a checkpoint: `checkpoint`, else the best, else
-  the newest (`io_device`: where files are read; a TPU's host).
-
-  Returns:
-    (preprocessor, model, checkpoint path, step).
-  """
-  where = run_dir.locations(c.model_dir, c.checkpoint_dir, c.summary_dir,
-                            c.export_base_dir)
-  path = checkpoints.for_export(where.checkpoints, where.best, checkpoint)
-  preprocessor, encoder = handles.load_checked(
-      c.encoder_handle,
-      c.preprocessor_handle,
-      tf.distribute.get_strategy(),
-      seq_length=c.seq_length,
-      pairs=tasks.resolve(c).pairs,
-      io_device=io_device,
-      demo_cache_dir=c.demo_cache_dir)
-  if read_layout(c).rebuilt or native.saved_config(encoder) is not None:
-    # The run trained the encoder rebuilt (this project's always; a Model
-    # Garden BERT's for shared rows, `inputs.rows_encoder`, whose checkpoint
-    # its loaded graph cannot read): export it as the live export does.
-    encoder = handles.rebuilt(encoder, c.encoder_handle) or encoder
-  model = model_lib.Classifier(encoder, c.num_classes, c.dropout_rate, c.seed,
-                               c.pooling)
-  problem = checkpoints.misfit(path, model, encoder)
-  if problem:
-    raise errors.CheckpointError(
-        f"{path} does not fit the run in --model_dir={c.model_dir}: "
-        f"{problem}. Give a checkpoint of that run (--checkpoint), or that "
-        "checkpoint's own --model_dir")
-  ckpt, step = checkpoints.for_reading(model, encoder)
-  options = tf.train.CheckpointOptions(experimental_io_device=io_device)
-  ckpt.restore(
-      path, options=options).expect_partial().assert_existing_objects_matched()
-  if c.ema_decay:
-    checkpoints.load_average(path, model)
-  return preprocessor, model, path, int(step.numpy())
-
-
 def serving_module(model, preprocessor, seq_length, task, buckets=None):
   """The ServingModule of a classifier of Task `task` (serving in the
   lengths of `buckets`, default --seq_length only)."""
@@ -235,7 +145,7 @@ def _save_options(io_device=None):
 def write_export(module, export_dir, io_device=None):
   """Saves `module` to a temporary sibling, then moves it to export_dir
   (`run_dir.publish_folder`: saved_model.pb is written last)."""
-  if is_complete(export_dir):
+  if exported.is_complete(export_dir):
     raise ExportError(f"{export_dir} exists already; remove it to export "
                       "again")
   signatures = {
@@ -243,40 +153,11 @@ def write_export(module, export_dir, io_device=None):
       "preprocess": module.preprocess
   }
   if module.serve_rows is not None:
-    signatures[SHARED_ROWS] = module.serve_rows
+    signatures[exported.SHARED_ROWS] = module.serve_rows
   return run_dir.publish_folder(
       lambda tmp: tf.saved_model.save(
           module, tmp, signatures=signatures, options=_save_options(io_device)),
       export_dir, "saved_model.pb")
-
-
-def load_serving(export_dir, flag="export_dir"):
-  """(serving_default of the export at `export_dir`, or its
-  serve_shared_rows where it has one: the same outputs at less cost; its
-  class count: 1 for a regression); a clear error for a folder that is not
-  one of this project's exports. `pairs(serve)` says whether it takes
-  sentence pairs."""
-  if checks.path_kind(flag, export_dir) != "dir":
-    raise ExportError(f"--{flag}={export_dir} is not a folder; give an export "
-                      "(RUN/export/<step>)")
-  if not is_complete(export_dir):
-    raise ExportError(f"--{flag}={export_dir} holds no saved_model.pb; give "
-                      "an export (RUN/export/<step>)")
-  signatures = tf.saved_model.load(export_dir).signatures
-  serve = signatures.get(SHARED_ROWS) or signatures.get("serving_default")
-  outputs = getattr(serve, "structured_outputs", {}) if serve else {}
-  if "scores" in outputs:
-    return serve, 1
-  if "probabilities" not in outputs:
-    raise ExportError(
-        f"--{flag}={export_dir} is a SavedModel but not an export of this "
-        "trainer (no serving_default signature returning probabilities)")
-  return serve, int(outputs["probabilities"].shape[-1])
-
-
-def pairs(serve):
-  """Whether a loaded `serving_default` takes sentence pairs."""
-  return "text_pair" in serve.structured_input_signature[1]
 
 
 def for_serving(model):
@@ -349,7 +230,7 @@ class RunExporter:
     """Exports the model of step `state.step` (once); returns its folder."""
     step = self.state.step
     target = self.locations.export_dir(step)
-    if is_complete(target):
+    if exported.is_complete(target):
       logging.info("Export for step %d exists already: %s", step, target)
       return target
     with self.state.averaged():  # --ema_decay: the average is what serves
@@ -357,11 +238,6 @@ class RunExporter:
             self.task, target, self.state.io_device, self.layout.lengths)
     logging.info("Exported the model of step %d to %s", step, target)
     return target
-
-
-def is_complete(export_dir):
-  """An export is complete once its saved_model.pb (written last) exists."""
-  return tf.io.gfile.exists(os.path.join(export_dir, "saved_model.pb"))
 
 
 def write(model,
@@ -393,7 +269,7 @@ def export_run(model_dir,
   from `checkpoint_dir` (default model_dir/checkpoints) and its demo
   assets from `demo_cache_dir` when given.
   """
-  c = read_run_config(model_dir, checkpoint_dir)
+  c = run_folder.read_run_config(model_dir, checkpoint_dir)
   if c.task == tasks.TAGGING:
     raise ExportError(
         f"--model_dir={model_dir} is a tagging run, which this trainer does "
@@ -404,11 +280,12 @@ def export_run(model_dir,
       export_base_dir=export_base_dir,
       demo_cache_dir=c.demo_cache_dir
       if demo_cache_dir is None else demo_cache_dir)
-  preprocessor, model, path, step = load_classifier(c, checkpoint, io_device)
+  preprocessor, model, path, step = run_folder.load_classifier(
+      c, checkpoint, io_device)
   where = run_dir.locations(c.model_dir, c.checkpoint_dir, c.summary_dir,
                             c.export_base_dir)
   export_dir = write(model, preprocessor, c.seq_length, tasks.resolve(c),
                      where.export_dir(step), io_device,
-                     read_layout(c).lengths)
+                     run_folder.read_layout(c).lengths)
   logging.info("Exported %s (step %d) to %s", path, step, export_dir)
   return export_dir

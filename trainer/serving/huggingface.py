@@ -43,7 +43,7 @@ from trainer.foundation import checks
 from trainer.foundation import errors
 from trainer.foundation import tasks
 from trainer.runtime import run_dir
-from trainer.serving import export
+from trainer.serving import run_folder
 from trainer.serving import hf_tokenizer
 
 ExportError = errors.ExportError
@@ -205,7 +205,7 @@ def export_run(model_dir,
   returns output_dir. What cannot be exported is an ExportError before
   anything is written."""
   _check_target(output_dir)
-  c = export.read_run_config(model_dir, checkpoint_dir)
+  c = run_folder.read_run_config(model_dir, checkpoint_dir)
   c = dataclasses.replace(
       c,
       checkpoint_dir=checkpoint_dir,
@@ -217,7 +217,7 @@ def export_run(model_dir,
         "BertForSequenceClassification classifies the pooler's output "
         "(--pooling=cls) only, so it is not supported by the Hugging Face "
         "export")
-  preprocessor, model, path, step = export.load_classifier(c, checkpoint)
+  preprocessor, model, path, step = run_folder.load_classifier(c, checkpoint)
   encoder = bert_encoder(model.encoder, c.encoder_handle)
   files = _files(c, tasks.resolve(c), encoder, model, preprocessor)
   write_folder(files, output_dir)

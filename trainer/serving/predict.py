@@ -31,7 +31,7 @@ from trainer.data import splits
 from trainer.foundation import config
 from trainer.foundation import errors
 from trainer.foundation import tasks
-from trainer.serving import export
+from trainer.serving import exported
 
 # Bad input flags or files: one line, exit code 2 (trainer.cli).
 PredictError = errors.ConfigError
@@ -170,7 +170,7 @@ def predictions(serve, texts, batch_size=256):
   class_name, probabilities (a regression model: score). Reads
   `_SORT_BATCHES` batches ahead and batches them by length."""
   texts = iter(texts)
-  pairs = export.pairs(serve)
+  pairs = exported.pairs(serve)
   while True:
     window = list(itertools.islice(texts, batch_size * _SORT_BATCHES))
     if not window:
@@ -259,7 +259,7 @@ def predict(export_dir,
   if text_pairs and len(text_pairs) != len(texts):
     raise PredictError(f"give one --text_pair per --text ({len(texts)} "
                        f"--text, {len(text_pairs)} --text_pair)")
-  serve, _ = export.load_serving(export_dir)
+  serve, _ = exported.load_serving(export_dir)
   tally = Tally()
   if tfds_name:
     what = f"--tfds_name={tfds_name} --split={split or 'test'}"
