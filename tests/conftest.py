@@ -334,3 +334,16 @@ def info_logging():
   absl_logging.set_verbosity(absl_logging.INFO)
   yield
   absl_logging.set_verbosity(verbosity)
+
+
+@pytest.fixture(scope="module")
+def strategies():
+  """One replica and two. The two reduce through one device, not collective
+  ops: collective instance keys restart with every MirroredStrategy, and the
+  process-wide collective executor keeps the shapes an earlier test's
+  strategy sent under the same key (a test-process artefact; a run has one
+  strategy)."""
+  return (tf.distribute.OneDeviceStrategy("/cpu:0"),
+          tf.distribute.MirroredStrategy(
+              ["/cpu:0", "/cpu:1"],
+              cross_device_ops=tf.distribute.ReductionToOneDevice()))

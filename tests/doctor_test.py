@@ -68,21 +68,24 @@ def test_doctor_fails_an_opaque_encoder_with_a_row_list_as_training_does(
   ]
 
 
-@pytest.mark.parametrize("overrides,ok,detail", [
-    (dict(grad_accumulation_steps=2, shared_rows="3"), False,
-     "--shared_rows=3 is invalid: 3 rows do not split over 1 replica x 2 "
-     "accumulation steps; use multiples of 2"),
-    (dict(batch_size=1), True,
-     "Shared rows (--shared_rows=auto): off, one example a row (a batch of "
-     "one example (--batch_size=1) has no other to share a row with)"),
-    (dict(shared_rows="none"), True, "--shared_rows=none: one example a row"),
-    # The layout the data gets: buckets, as training chooses them.
-    (dict(seq_buckets="auto"), True,
-     "Shared rows: off, one example a row (--seq_buckets=auto cuts the "
-     "padding instead); Length buckets (--seq_buckets=auto): 16: 100.0% of "
-     "examples, 52% padding; 32: 0.0% of examples, 0% padding (empty); 50% "
-     "of the tokens of --seq_length=32 for all, 52% padding"),
-])
+@pytest.mark.parametrize(
+    "overrides,ok,detail",
+    [
+        (dict(grad_accumulation_steps=2, shared_rows="3"), False,
+         "--shared_rows=3 is invalid: 3 rows do not split over 1 replica x 2 "
+         "accumulation steps; use multiples of 2"),
+        (dict(batch_size=1), True,
+         "Shared rows (--shared_rows=auto): off, one example a row (a batch of "
+         "one example (--batch_size=1) has no other to share a row with)"),
+        (dict(shared_rows="none"), True,
+         "--shared_rows=none: one example a row"),
+        # The layout the data gets: buckets, as training chooses them.
+        (dict(seq_buckets="auto"), True,
+         "Shared rows: off, one example a row (--seq_buckets=auto cuts the "
+         "padding instead); Length buckets (--seq_buckets=auto): 16: 100.0% of "
+         "examples, 52% padding; 32: 0.0% of examples, 0% padding (empty); 50% "
+         "of the tokens of --seq_length=32 for all, 52% padding"),
+    ])
 def test_doctor_decides_shared_rows_as_training_does(demo_paths, tmp_path,
                                                      info_logging, overrides,
                                                      ok, detail):

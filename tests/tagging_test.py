@@ -13,12 +13,14 @@ import tensorflow_hub as hub
 from conftest import invoke
 from conftest import tiny_config
 import testing
+from trainer.commands import doctor_checks
 from trainer.data import input_pipeline
 from trainer.data import row_layout
 from trainer.data import tagged_sources
 from trainer.data import word_pieces
 from trainer.encoders import native
 from trainer.evaluation import tagging as tagging_metrics
+from trainer.foundation import config as config_lib
 from trainer.foundation import features as features_lib
 from trainer.foundation import errors
 from trainer.model import classifier as model_lib
@@ -192,29 +194,8 @@ def _train_tagger(strategy, encoder_path, batches, accumulation_steps=1):
       int(batches[0]["label"].shape[0]),
       accumulation_steps=accumulation_steps,
       per_token=True)
-
-  @tf.function
-  def run(batch):
-    out = strategy.run(step, args=(batch,))
-    return strategy.reduce(tf.distribute.ReduceOp.SUM, out["loss"], axis=None)
-
-  losses = []
-  for batch in batches:
-    dist = iter(
-        strategy.experimental_distribute_dataset(
-            tf.data.Dataset.from_tensors(batch)))
-    losses.append(float(run(next(dist))))
+  losses = testing.step_each(strategy, step, batches)
   return losses, [v.numpy() for v in model.trainable_variables]
-
-
-@pytest.fixture(scope="module")
-def strategies():
-  """One replica and two (reduced through one device, as train_step_test's
-  are)."""
-  return (tf.distribute.OneDeviceStrategy("/cpu:0"),
-          tf.distribute.MirroredStrategy(
-              ["/cpu:0", "/cpu:1"],
-              cross_device_ops=tf.distribute.ReductionToOneDevice()))
 
 
 @pytest.mark.core
@@ -298,45 +279,37 @@ def test_shared_rows_train_the_tagger_of_fixed_shapes(tmp_path, preprocessor,
 
 
 def test_a_tagging_run_scores_entities_and_keeps_its_tags(tmp_path, demo_paths):
-  """A run on a CoNLL file (validation carved from it) reports entity F1,
-  precision, recall and word accuracy equal to `evaluation.tagging` on its
-  own predictions' counts; config.json records the tag set read from the
-  data; a resume that names other tags is refused in one line, the folder
-  unchanged."""
+  """A run on a CoNLL file (validation carved from it) scores every
+  validation sentence (entity F1, precision, recall, word accuracy);
+  config.json records the tag set read from the data; a resume that names
+  other tags is refused in one line, the folder unchanged."""
   path = write_conll(tmp_path / "train.txt", _sentences(400, seed=4))
-  c = tiny_config(
-      tmp_path / "run",
-      demo_paths["root"],
+  flags = dict(
       task="tagging",
       train_file=path,
       seq_buckets="none",
       eval_metrics="",
       validation_fraction=0.2)
+  c = tiny_config(tmp_path / "run", demo_paths["root"], **flags)
   summary = train_lib.fit(c)
   for key in ("eval_f1", "eval_precision", "eval_recall", "eval_accuracy"):
     assert 0.0 <= summary[key] <= 1.0, key
+  assert summary["eval_examples"] == summary["examples"]["validation"] > 0
   record = json.load(open(os.path.join(c.model_dir, "config.json")))
   assert record["task"]["kind"] == "tagging"
   assert tuple(record["task"]["class_names"]) == ("O", "B-LOC", "I-LOC",
                                                   "B-PER", "I-PER")
   assert record["config"]["num_classes"] == 5
-  before = {
-      name: open(os.path.join(c.model_dir, name), "rb").read()
-      for name in ("config.json", "summary.json", "train.log")
-  }
+  before = testing.tree_digest(c.model_dir)
   other = tiny_config(
       tmp_path / "run",
       demo_paths["root"],
-      task="tagging",
-      train_file=path,
-      seq_buckets="none",
       label_names="O,B-PER,I-PER,B-LOC,I-LOC",
-      validation_fraction=0.2,
-      train_steps=12)
+      train_steps=12,
+      **flags)
   with pytest.raises(errors.ConfigError, match="not --label_names="):
     launch.setup(other)
-  for name, data in before.items():
-    assert open(os.path.join(c.model_dir, name), "rb").read() == data
+  assert testing.tree_digest(c.model_dir) == before
 
 
 def test_the_entity_scores_match_the_metric_module(preprocessor):
@@ -428,3 +401,29 @@ def test_a_word_draws_its_dropout_masks_in_shared_rows(demo_paths, preprocessor,
       shared[r, t], fixed[example, position[r, t]], atol=1e-5)
   inference = model(features_lib.encoder_inputs(batch)).numpy()
   assert np.abs(fixed - inference).max() > 1e-3
+
+
+def test_the_doctor_checks_a_tagging_run(demo_paths, tmp_path, info_logging):
+  """`trainer.doctor` on a tagging configuration: the tags read as training
+  reads them, the data counted, the layout training would choose, and the
+  tagging step compiled with XLA."""
+  path = write_conll(tmp_path / "t.txt", _sentences(120, seed=9))
+  checks = {
+      c.name: c for c in doctor_checks.run_checks(
+          config_lib.Config(
+              task="tagging",
+              train_file=path,
+              model_dir=str(tmp_path / "m"),
+              demo_cache_dir=demo_paths["root"],
+              seq_length=32,
+              batch_size=16,
+              jit_compile=True),
+          rows=100)
+  }
+  assert all(c.ok for c in checks.values()), [c.line() for c in checks.values()]
+  assert checks["data.train"].detail.endswith(
+      "first 100 rows: 100 used, rejected none")
+  assert checks["shared_rows"].detail.startswith(
+      "Shared rows (--shared_rows=auto): a batch of 16 in")
+  assert checks["xla"].detail == (
+      "training compiles the step with XLA (compiled here once)")

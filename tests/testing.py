@@ -135,6 +135,25 @@ def write_csv(path, rows):
     w.writerows(rows)
 
 
+def step_each(strategy, step, batches):
+  """Runs the replica `step` (`train_step.make_train_step`'s) once on each
+  of `batches`, each distributed whole over `strategy`; returns the global
+  losses (summed over the replicas)."""
+
+  @tf.function
+  def run(batch):
+    out = strategy.run(step, args=(batch,))
+    return strategy.reduce(tf.distribute.ReduceOp.SUM, out["loss"], axis=None)
+
+  losses = []
+  for batch in batches:
+    dist = iter(
+        strategy.experimental_distribute_dataset(
+            tf.data.Dataset.from_tensors(batch)))
+    losses.append(float(run(next(dist))))
+  return losses
+
+
 def split_of(source, name="train"):
   """A whole Split of `source`."""
   return splits_lib.Split(name, source)

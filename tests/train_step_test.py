@@ -97,32 +97,8 @@ def _train(strategy, encoder_path, batches, steps, accumulation_steps=1):
       opt,
       int(batches[0]["label"].shape[0]),
       accumulation_steps=accumulation_steps)
-
-  @tf.function
-  def run(batch):
-    out = strategy.run(step, args=(batch,))
-    return strategy.reduce(tf.distribute.ReduceOp.SUM, out["loss"], axis=None)
-
-  losses = []
-  for i in range(steps):
-    ds = tf.data.Dataset.from_tensors(batches[i])
-    dist = iter(strategy.experimental_distribute_dataset(ds))
-    losses.append(float(run(next(dist))))
-  weights = [v.numpy() for v in model.trainable_variables]
-  return losses, weights
-
-
-@pytest.fixture(scope="module")
-def strategies():
-  """One replica and two. The two reduce through one device, not collective
-  ops: collective instance keys restart with every MirroredStrategy, and the
-  process-wide collective executor keeps the shapes an earlier test's
-  strategy sent under the same key (a test-process artefact; a run has one
-  strategy)."""
-  return (tf.distribute.OneDeviceStrategy("/cpu:0"),
-          tf.distribute.MirroredStrategy(
-              ["/cpu:0", "/cpu:1"],
-              cross_device_ops=tf.distribute.ReductionToOneDevice()))
+  losses = testing.step_each(strategy, step, batches[:steps])
+  return losses, [v.numpy() for v in model.trainable_variables]
 
 
 @pytest.mark.core

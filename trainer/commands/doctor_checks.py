@@ -28,6 +28,7 @@ from trainer.data import counts as counts_lib
 from trainer.data import input_pipeline
 from trainer.data import preprocessing
 from trainer.data import splits as splits_lib
+from trainer.data import word_pieces
 from trainer.encoders import handles
 from trainer.foundation import checks as config_checks
 from trainer.foundation import errors
@@ -102,11 +103,13 @@ def check_model_dir(c):
   return Check("model_dir", True, f"{c.model_dir} is writable{held}"), record
 
 
-def _check_data(c, rows):
-  """(a Check per split, the splits; None when they cannot be read)."""
+def _check_data(c, rows, record=None):
+  """(a Check per split, the splits; None when they cannot be read). A
+  tagging run's tag set is resolved as training resolves it (read from the
+  training data, or the run's record)."""
   checks, named = [], None
   try:
-    task = tasks.resolve(c)
+    c, task = inputs.resolve_tags(c, tasks.resolve(c), record)
     named = splits_lib.make_splits(task, inputs.data_spec(c, task))
     for name, split in named.items():
       counts = counts_lib.count(split, limit=rows)
@@ -205,8 +208,11 @@ def check_shared_rows(c,
     rows, or as loaded; None when the check fails).
   """
   sample = FirstRows(train, rows)
-  encode = input_pipeline.labelled(
-      preprocessing.make_packer(preprocessor, c.seq_length))
+  if c.task == tasks.TAGGING:
+    encode = word_pieces.tagged(preprocessor, c.seq_length)
+  else:
+    encode = input_pipeline.labelled(
+        preprocessing.make_packer(preprocessor, c.seq_length))
   # Training caches its length pass in the run's folder; the doctor's goes
   # to a folder of its own, removed after.
   with tempfile.TemporaryDirectory() as tmp, _training_says() as said:
@@ -255,7 +261,7 @@ def run_checks(c, rows=1000):
     return checks
   model_dir, record = check_model_dir(c)
   model_checks, loaded = _check_model(c, strategy)
-  data_checks, named = _check_data(c, rows)
+  data_checks, named = _check_data(c, rows, record)
   checks += [model_dir] + model_checks + data_checks
   if loaded and named and all(ch.ok for ch in checks):
     layout, encoder = check_shared_rows(c, strategy, *loaded, named["train"],
@@ -296,21 +302,32 @@ def check_xla(c, strategy, encoder):
         "xla", True, "training runs the step without XLA (" +
         _without_xla(c, handles.is_own_encoder(encoder)) + ")")
   try:
+    tagging = c.task == tasks.TAGGING
     model = model_lib.Classifier(
-        prepared, c.num_classes, c.dropout_rate, pooling=c.pooling)
+        prepared,
+        max(c.num_classes, 2),
+        c.dropout_rate,
+        pooling=model_lib.pooling_of(c))
     opt = optimization.AdamW(model.trainable_variables,
                              optimization.WarmupLinearDecay(1e-9, 10, 1))
     k = c.grad_accumulation_steps  # the while_loop training compiles too
     step = tf.function(
         train_step.make_train_step(
-            model, opt, 2 * k, jit_compile=True, accumulation_steps=k),
+            model,
+            opt,
+            2 * k,
+            jit_compile=True,
+            accumulation_steps=k,
+            per_token=tagging),
         autograph=False)
     zeros = tf.zeros([2 * k, c.seq_length], tf.int32)
     batch = dict(
         input_word_ids=zeros,
         input_mask=tf.ones_like(zeros),
         input_type_ids=zeros,
-        label=tf.zeros([2 * k], tf.int32))
+        label=zeros if tagging else tf.zeros([2 * k], tf.int32))
+    if tagging:
+      batch["weight"] = tf.ones_like(zeros, tf.float32)
     step(batch)  # trace, compile and run once
   except (tf.errors.OpError, ValueError, TypeError) as e:
     return Check("xla", False, f"the train step does not compile: "

@@ -201,6 +201,17 @@ class TfdsSource:
     return _finish(ds, self.label_map, regression)
 
 
+def file_stamp(path, described):
+  """`described` (a source's `describe()`) with the size and modification
+  time of the file at `path`: what changes when the file does (the
+  description alone where the file cannot be read)."""
+  try:
+    stat = tf.io.gfile.stat(path)
+  except tf.errors.OpError:
+    return described
+  return f"{described} {stat.length} {stat.mtime_nsec}"
+
+
 @dataclasses.dataclass(frozen=True)
 class FileSource:
   """A delimited text file, plain or a zip member (local, gs://, ram://).
@@ -228,11 +239,7 @@ class FileSource:
 
   def stamp(self):
     """What changes when the file does: its size and modification time."""
-    try:
-      stat = tf.io.gfile.stat(self.path)
-    except tf.errors.OpError:
-      return self.describe()
-    return f"{self.describe()} {stat.length} {stat.mtime_nsec}"
+    return file_stamp(self.path, self.describe())
 
   def layout(self):
     try:

@@ -144,11 +144,7 @@ class FileSource:
 
   def stamp(self):
     """What changes when the file does: its size and modification time."""
-    try:
-      stat = tf.io.gfile.stat(self.path)
-    except tf.errors.OpError:
-      return self.describe()
-    return f"{self.describe()} {stat.length} {stat.mtime_nsec}"
+    return sources.file_stamp(self.path, self.describe())
 
   def layout(self):
     try:
