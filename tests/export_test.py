@@ -19,7 +19,7 @@ from trainer.data import splits as splits_lib
 from trainer.encoders import native
 from trainer.foundation import tasks
 from trainer.model import classifier
-from trainer.runtime import run_dir
+from trainer.runtime import run_lock
 from trainer.serving import export
 from trainer.serving import exported
 from trainer.serving import run_folder
@@ -226,7 +226,7 @@ def test_a_copied_run_folder_works_from_where_it_now_is(demo_run, tmp_path,
 
   # While a run holds the folder (a trainer: its lock), an export into
   # it waits its turn; one elsewhere only reads the run and goes ahead.
-  with run_dir.Lock(str(copy), "trainer.main"):
+  with run_lock.Lock(str(copy), "trainer.main"):
     busy = command("export", f"--model_dir={copy}")
     assert busy.returncode == 2 and "is in use by trainer.main" in busy.stderr
     outside = command("export", f"--model_dir={copy}",

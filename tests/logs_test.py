@@ -70,10 +70,11 @@ def test_project_filter_drops_the_retracing_warning_of_our_loops_only():
                                  157, said.format(name), (), None)
 
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from trainer.training import eval_step  # noqa: E501  pylint: disable=g-import-not-at-top
   from trainer.training import train_step  # noqa: E501  pylint: disable=g-import-not-at-top
   strategy = tf.distribute.get_strategy()
   loops = (train_step.make_train_loop(strategy, None),
-           train_step.make_eval_loop(strategy, None, 2))
+           eval_step.make_eval_loop(strategy, None, 2))
   names = [loop.python_function.__qualname__ for loop in loops]
   assert names == [
       "make_train_loop.<locals>.train_loop", "make_eval_loop.<locals>.eval_loop"

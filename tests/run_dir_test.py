@@ -14,6 +14,7 @@ import tensorflow as tf
 from trainer.foundation import config as config_lib
 from trainer.foundation import errors
 from trainer.runtime import run_dir
+from trainer.runtime import run_lock
 
 
 def test_json_state_is_replaced_whole(tmp_path):
@@ -108,25 +109,25 @@ def test_locations():
 
 
 def test_the_lock_names_its_holder_and_is_released(tmp_path):
-  first = run_dir.Lock(str(tmp_path), "trainer.main").__enter__()
+  first = run_lock.Lock(str(tmp_path), "trainer.main").__enter__()
   with pytest.raises(errors.ConfigError) as info:
-    run_dir.Lock(str(tmp_path), "trainer.export").__enter__()
+    run_lock.Lock(str(tmp_path), "trainer.export").__enter__()
   message = str(info.value)
   assert f"--model_dir={tmp_path} is in use by trainer.main (pid " in message
   assert f"{os.getpid()} on {socket.gethostname()}" in message
   first.__exit__(None, None, None)
   assert not os.path.exists(tmp_path / ".lock")
-  with run_dir.Lock(str(tmp_path), "trainer.export"):
+  with run_lock.Lock(str(tmp_path), "trainer.export"):
     assert json.load(open(tmp_path / ".lock"))["command"] == "trainer.export"
 
 
 def test_a_lease_on_an_object_store_is_taken_over_when_stale(monkeypatch):
   folder = "ram://lease_test/run"
   tf.io.gfile.makedirs(folder)
-  monkeypatch.setattr(run_dir.time, "sleep", lambda s: None)
-  with run_dir.Lock(folder, "trainer.main"):
+  monkeypatch.setattr(run_lock.time, "sleep", lambda s: None)
+  with run_lock.Lock(folder, "trainer.main"):
     with pytest.raises(errors.ConfigError, match="is in use by trainer.main"):
-      run_dir.Lock(folder, "trainer.main").__enter__()
+      run_lock.Lock(folder, "trainer.main").__enter__()
   # A holder on another host that stopped beating 3 minutes ago is gone.
   stale = dict(
       id="x",
@@ -136,12 +137,12 @@ def test_a_lease_on_an_object_store_is_taken_over_when_stale(monkeypatch):
       started=0,
       heartbeat=time.time() - 180)
   run_dir.write_json(f"{folder}/.lock", stale)
-  with run_dir.Lock(folder, "trainer.main") as lock:
+  with run_lock.Lock(folder, "trainer.main") as lock:
     assert run_dir.read_json(f"{folder}/.lock")["id"] == lock.holder["id"]
   stale["heartbeat"] = time.time()  # a live one elsewhere is respected
   run_dir.write_json(f"{folder}/.lock", stale)
   with pytest.raises(errors.ConfigError, match="on elsewhere"):
-    run_dir.Lock(folder, "trainer.main").__enter__()
+    run_lock.Lock(folder, "trainer.main").__enter__()
 
 
 def test_what_a_resume_may_change():

@@ -14,7 +14,6 @@ from conftest import invoke
 from conftest import tiny_config
 import testing
 from trainer.commands import doctor_checks
-from trainer.data import input_pipeline
 from trainer.data import row_layout
 from trainer.data import tagged_sources
 from trainer.data import word_pieces
@@ -27,6 +26,7 @@ from trainer.model import classifier as model_lib
 from trainer.model import optimization
 from trainer.training import launch
 from trainer.training import train_lib
+from trainer.training import eval_step
 from trainer.training import train_step
 
 TAGS = ("O", "B-LOC", "I-LOC", "B-PER", "I-PER")
@@ -224,40 +224,6 @@ def test_the_loss_counts_the_global_batchs_words(preprocessor,
     np.testing.assert_allclose(a, b, atol=1e-5)
 
 
-def _stream_training(strategy, encoder_path, split, preprocessor, rows):
-  """2 epochs of `split` at seq 16, batches of 6, in shared rows of
-  `rows` (the encoder rebuilt, as a run does) or fixed shapes."""
-  encode = word_pieces.tagged(preprocessor, 16)
-  spe = 30 // 6
-  groups = input_pipeline.train_groups(
-      split,
-      encode,
-      testing.layout((16,), 6, 2, rows),
-      spe,
-      seed=1,
-      shuffle_buffer=64)
-  with strategy.scope():
-    encoder = hub.load(encoder_path)
-    if rows:
-      encoder = native.NativeEncoder.load(encoder)
-    model = model_lib.Classifier(
-        encoder, len(TAGS), dropout_rate=0.0, seed=3, pooling="tokens")
-    opt = optimization.AdamW(model.trainable_variables,
-                             optimization.WarmupLinearDecay(1e-3, 2 * spe, 2))
-  loop = train_step.make_train_loop(
-      strategy, train_step.make_train_step(model, opt, 6, per_token=True))
-  shapes, done = set(), 0
-  for group in strategy.experimental_distribute_dataset(groups):
-    count = int(train_step.group_count(strategy, group))
-    ids = strategy.experimental_local_results(group["input_word_ids"])[0]
-    shapes.add(ids.shape[0] * strategy.num_replicas_in_sync)
-    loop(group, tf.constant(0), tf.constant(count))
-    done += count
-    if done >= 2 * spe:
-      break
-  return [v.numpy() for v in model.trainable_variables], shapes
-
-
 @pytest.mark.core
 def test_shared_rows_train_the_tagger_of_fixed_shapes(tmp_path, preprocessor,
                                                       no_dropout_encoder,
@@ -269,10 +235,12 @@ def test_shared_rows_train_the_tagger_of_fixed_shapes(tmp_path, preprocessor,
   tag_set = tagged_sources.read_tag_set(tagged_sources.FileSource(path), TAGS)
   split = testing.split_of(tagged_sources.FileSource(path, tag_set))
   one, two = strategies
-  fixed, _ = _stream_training(one, no_dropout_encoder, split, preprocessor,
-                              None)
-  shared, shapes = _stream_training(two, no_dropout_encoder, split,
-                                    preprocessor, (2, 4))
+  encode = word_pieces.tagged(preprocessor, 16)
+  _, fixed, _, _ = testing.two_epochs(one, no_dropout_encoder, split, encode,
+                                      None, 5, len(TAGS), "tokens")
+  _, shared, _, shapes = testing.two_epochs(two, no_dropout_encoder, split,
+                                            encode, (2, 4), 5, len(TAGS),
+                                            "tokens")
   assert shapes & {2, 4}  # rows were shared
   for a, b in zip(shared, fixed):
     np.testing.assert_allclose(a, b, atol=1e-5)
@@ -313,7 +281,7 @@ def test_a_tagging_run_scores_entities_and_keeps_its_tags(tmp_path, demo_paths):
 
 
 def test_the_entity_scores_match_the_metric_module(preprocessor):
-  """`train_step.evaluate`'s tagging path puts each word back in its
+  """`eval_step.evaluate`'s tagging path puts each word back in its
   sentence: scoring gathered tokens (shuffled, as shared rows and windows
   leave them) equals scoring the sentences directly."""
   sentences = _sentences(50, seed=5, longest=20)
@@ -332,7 +300,7 @@ def test_the_entity_scores_match_the_metric_module(preprocessor):
       label=np.concatenate([gold, padding]),
       prediction=np.concatenate([predicted, padding]),
       weight=np.concatenate([np.ones_like(gold), padding]))
-  got = train_step._tagging(totals, TAGS)  # pylint: disable=protected-access
+  got = eval_step._tagging(totals, TAGS)  # pylint: disable=protected-access
   by_sentence = {}
   for i, j, g, p in sorted(tokens):
     by_sentence.setdefault(i, ([], []))

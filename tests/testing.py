@@ -14,7 +14,9 @@ import os
 
 import numpy as np
 import tensorflow as tf
+import tensorflow_hub as hub
 
+from trainer.data import input_pipeline
 from trainer.data import row_layout
 from trainer.data import sources
 from trainer.data import splits as splits_lib
@@ -22,6 +24,9 @@ from trainer.encoders import bert
 from trainer.encoders import native
 from trainer.foundation import layout as layout_lib
 from trainer.foundation import tasks
+from trainer.model import classifier
+from trainer.model import optimization
+from trainer.training import train_step
 
 LONG = "word " * 20_000  # 100,000 characters
 
@@ -152,6 +157,53 @@ def step_each(strategy, step, batches):
             tf.data.Dataset.from_tensors(batch)))
     losses.append(float(run(next(dist))))
   return losses
+
+
+def run_groups(strategy, loop, groups, steps):
+  """Runs the compiled train `loop` over the distributed `groups`, a call
+  per group, until `steps` steps are done; returns (each step's loss: its
+  group's mean, the per-replica shape of each group's `input_word_ids`)."""
+  losses, shapes = [], []
+  for group in strategy.experimental_distribute_dataset(groups):
+    count = int(train_step.group_count(strategy, group))
+    ids = strategy.experimental_local_results(group["input_word_ids"])[0]
+    shapes.append(tuple(ids.shape))
+    mean = float(loop(group, tf.constant(0), tf.constant(count))[0])
+    losses += [mean] * count
+    if len(losses) >= steps:
+      break
+  return losses, shapes
+
+
+def two_epochs(strategy,
+               encoder_path,
+               split,
+               encode,
+               rows,
+               spe,
+               num_classes=2,
+               pooling="cls"):
+  """Trains 2 epochs of `split` (`encode`d, batches of 6 at seq 16) one
+  loop call per group, dropout off; in shared rows of row counts `rows`
+  (the encoder rebuilt, as a run does), else fixed shapes; a tagger with
+  `pooling="tokens"`. Returns (each step's loss, the weights, the loop, the
+  row counts seen)."""
+  groups = input_pipeline.train_groups(
+      split, encode, layout((16,), 6, 2, rows), spe, seed=1, shuffle_buffer=64)
+  with strategy.scope():
+    encoder = hub.load(encoder_path)
+    if rows:
+      encoder = native.NativeEncoder.load(encoder)
+    model = classifier.Classifier(
+        encoder, num_classes, dropout_rate=0.0, seed=3, pooling=pooling)
+    opt = optimization.AdamW(model.trainable_variables,
+                             optimization.WarmupLinearDecay(1e-3, 2 * spe, 2))
+  loop = train_step.make_train_loop(
+      strategy,
+      train_step.make_train_step(model, opt, 6, per_token=pooling == "tokens"))
+  losses, seen = run_groups(strategy, loop, groups, 2 * spe)
+  shapes = {s[0] * strategy.num_replicas_in_sync for s in seen}
+  return losses, [v.numpy() for v in model.trainable_variables], loop, shapes
 
 
 def split_of(source, name="train"):

@@ -15,6 +15,7 @@ from trainer.evaluation import metrics
 from trainer.foundation import buckets as buckets_lib
 from trainer.model import classifier as model_lib
 from trainer.model import optimization
+from trainer.training import eval_step
 from trainer.training import train_step
 
 SEQ, BATCH = 16, 8
@@ -319,7 +320,7 @@ def test_regression_eval_gathers_every_prediction_even_of_an_empty_split(
   examples["weight"] = tf.constant([1.0] * 13 + [0.0] * 3)
   group = _group_of(examples, BATCH, group_size=3)  # 2 batches and a pad
   dataset = tf.data.Dataset.from_tensors(group)
-  loop = train_step.make_eval_loop(two, train_step.make_eval_step(model, 1), 1)
+  loop = eval_step.make_eval_loop(two, eval_step.make_eval_step(model, 1), 1)
   out = loop(next(iter(two.experimental_distribute_dataset(dataset))))
   want = model(features.encoder_inputs(examples), training=False)[:, 0]
   np.testing.assert_allclose(out["prediction"], want, rtol=1e-5, atol=1e-6)
@@ -329,7 +330,7 @@ def test_regression_eval_gathers_every_prediction_even_of_an_empty_split(
   squared = (want.numpy() - examples["label"].numpy())**2
   np.testing.assert_allclose(
       float(out["loss_sum"]), squared[:13].sum(), rtol=1e-5)
-  empty = train_step.evaluate(
+  empty = eval_step.evaluate(
       loop, two.experimental_distribute_dataset(dataset.take(0)),
       ("pearson", "spearman"))
   assert empty["examples"] == 0 and empty["loss"] == 0.0
@@ -363,7 +364,7 @@ def test_eval_step_counts_match_the_host_metrics(no_dropout_encoder):
       input_type_ids=tf.zeros([24, 16], tf.int32),
       label=tf.constant(rng.integers(0, 2, [24]), tf.int32),
       weight=tf.constant([1.0] * 20 + [0.0] * 4))
-  out = train_step.make_eval_step(model, 2)(batch)
+  out = eval_step.make_eval_step(model, 2)(batch)
   probabilities = tf.nn.softmax(
       model(features.encoder_inputs(batch), training=False)).numpy()[:20]
   labels = batch["label"].numpy()[:20]
@@ -388,17 +389,8 @@ def _bucketed_training(strategy, encoder_path, split, packer, spe):
   model, opt = _build(strategy, encoder_path, total_steps=2 * spe)
   loop = train_step.make_train_loop(strategy,
                                     train_step.make_train_step(model, opt, 4))
-  losses, lengths, done = [], [], 0
-  for group in strategy.experimental_distribute_dataset(groups):
-    count = int(train_step.group_count(strategy, group))
-    ids = strategy.experimental_local_results(group["input_word_ids"])[0]
-    lengths.append(ids.shape[2])
-    mean = float(loop(group, tf.constant(0), tf.constant(count))[0])
-    losses += [mean] * count  # the steps' mean loss, one entry per step
-    done += count
-    if done >= 2 * spe:
-      break
-  assert done == 2 * spe and set(lengths) == {4, 8}
+  losses, shapes = testing.run_groups(strategy, loop, groups, 2 * spe)
+  assert len(losses) == 2 * spe and {s[2] for s in shapes} == {4, 8}
   return losses, [v.numpy() for v in model.trainable_variables], loop
 
 
@@ -431,49 +423,15 @@ def test_bucketed_groups_give_one_and_two_replicas_the_same_weights(
   with two.scope():
     model = model_lib.Classifier(
         hub.load(no_dropout_encoder), 2, dropout_rate=0.0, seed=3)
-  eval_loop = train_step.make_eval_loop(two,
-                                        train_step.make_eval_step(model, 2), 2)
+  eval_loop = eval_step.make_eval_loop(two, eval_step.make_eval_step(model, 2),
+                                       2)
   groups = input_pipeline.eval_groups(split, input_pipeline.labelled(packer),
                                       testing.layout((4, 8), 4, 2))
   dist = two.experimental_distribute_dataset(groups)
-  passes = [train_step.evaluate(eval_loop, dist) for _ in range(2)]
+  passes = [eval_step.evaluate(eval_loop, dist) for _ in range(2)]
   assert [p["examples"] for p in passes] == [40, 40]
   assert passes[0]["loss"] == passes[1]["loss"]
   assert eval_loop.experimental_get_tracing_count() == 2
-
-
-def _training(strategy, encoder_path, split, packer, spe, rows):
-  """Trains 2 epochs of `split` (batches of 6 at seq 16) one loop call per
-  group; shared rows in row counts `rows` (the encoder rebuilt, as a run
-  does), else fixed shapes. Returns (losses, weights, loop, row counts
-  seen)."""
-  groups = input_pipeline.train_groups(
-      split,
-      input_pipeline.labelled(packer),
-      testing.layout((16,), 6, 2, rows),
-      spe,
-      seed=1,
-      shuffle_buffer=64)
-  with strategy.scope():
-    encoder = hub.load(encoder_path)
-    if rows:
-      encoder = native.NativeEncoder.load(encoder)
-    model = model_lib.Classifier(encoder, 2, dropout_rate=0.0, seed=3)
-    opt = optimization.AdamW(model.trainable_variables,
-                             optimization.WarmupLinearDecay(1e-3, 2 * spe, 2))
-  loop = train_step.make_train_loop(strategy,
-                                    train_step.make_train_step(model, opt, 6))
-  losses, shapes, done = [], set(), 0
-  for group in strategy.experimental_distribute_dataset(groups):
-    count = int(train_step.group_count(strategy, group))
-    ids = strategy.experimental_local_results(group["input_word_ids"])[0]
-    shapes.add(ids.shape[0] * strategy.num_replicas_in_sync)
-    mean = float(loop(group, tf.constant(0), tf.constant(count))[0])
-    losses += [mean] * count  # the steps' mean loss, one entry per step
-    done += count
-    if done >= 2 * spe:
-      break
-  return losses, [v.numpy() for v in model.trainable_variables], loop, shapes
 
 
 @pytest.mark.core
@@ -489,9 +447,11 @@ def test_shared_rows_train_the_weights_of_fixed_shapes(tmp_path, demo_paths,
   testing.varied_csv(tmp_path / "d.csv", 40)
   split = testing.split(tmp_path / "d.csv")
   one, two = strategies
-  fixed, w0, _, _ = _training(one, no_dropout_encoder, split, packer, 6, None)
-  losses, weights, loop, shapes = _training(two, no_dropout_encoder, split,
-                                            packer, 6, (2,))
+  encode = input_pipeline.labelled(packer)
+  fixed, w0, _, _ = testing.two_epochs(one, no_dropout_encoder, split, encode,
+                                       None, 6)
+  losses, weights, loop, shapes = testing.two_epochs(two, no_dropout_encoder,
+                                                     split, encode, (2,), 6)
   assert shapes == {2, 6}  # both shapes trained: the overflow too
   assert loop.experimental_get_tracing_count() == 2
   np.testing.assert_allclose(np.sum(losses), np.sum(fixed), atol=1e-4)
@@ -503,14 +463,13 @@ def test_shared_rows_train_the_weights_of_fixed_shapes(tmp_path, demo_paths,
         native.NativeEncoder.load(hub.load(no_dropout_encoder)), 2, seed=3)
   scores = []
   for rows in (None, (2,)):
-    eval_loop = train_step.make_eval_loop(two,
-                                          train_step.make_eval_step(model, 2),
-                                          2)
+    eval_loop = eval_step.make_eval_loop(two,
+                                         eval_step.make_eval_step(model, 2), 2)
     groups = input_pipeline.eval_groups(split, input_pipeline.labelled(packer),
                                         testing.layout((16,), 6, 2, rows))
     scores.append(
-        train_step.evaluate(eval_loop,
-                            two.experimental_distribute_dataset(groups)))
+        eval_step.evaluate(eval_loop,
+                           two.experimental_distribute_dataset(groups)))
   assert [s["examples"] for s in scores] == [40, 40]
   assert scores[0]["confusion"].tolist() == scores[1]["confusion"].tolist()
   assert abs(scores[0]["loss"] - scores[1]["loss"]) < 1e-6

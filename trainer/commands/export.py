@@ -25,7 +25,7 @@ FORMATS = ("savedmodel", "huggingface")
 
 def main(flag_values):
   # Imported here, so --help does not load TensorFlow.
-  from trainer.runtime import run_dir  # pylint: disable=g-import-not-at-top
+  from trainer.runtime import run_lock  # pylint: disable=g-import-not-at-top
   from trainer.serving import export  # pylint: disable=g-import-not-at-top
   from trainer.serving import run_folder  # pylint: disable=g-import-not-at-top
   from trainer.serving import huggingface  # pylint: disable=g-import-not-at-top
@@ -44,7 +44,7 @@ def main(flag_values):
   # A training run holds its model_dir until it has exported itself: an
   # export into the run waits its turn; one elsewhere only reads the run
   # (which may be read-only, or still training), so it takes no lock.
-  lock = run_dir.Lock(f.model_dir, "trainer.export") if _inside(
+  lock = run_lock.Lock(f.model_dir, "trainer.export") if _inside(
       target, f.model_dir) else contextlib.nullcontext()
   with lock:
     if f.format == "huggingface":

@@ -82,12 +82,11 @@ def to_rows(batches, lengths, placement, num_rows, slots):
   """Examples -> rows.
 
   Args:
-    batches: dict of per-token features [batches, batch, seq_length] (each
-      example packed at --seq_length, [CLS] first: `input_word_ids`,
-      `input_type_ids`, and any other) and per-example features [batches,
-      batch] (`label`: int32, or float32 for regression; optionally
-      `weight` float32, else 1), told apart by their rank;
-      `features.IMPLIED_IN_ROWS` and `length` are not carried.
+    batches: dict of per-token features [batches, batch, seq_length]
+      (packed at --seq_length, [CLS] first: `input_word_ids`, ...) and
+      per-example ones [batches, batch] (`label`; `weight`, else 1), told
+      apart by their rank; `features.IMPLIED_IN_ROWS` and `length` are not
+      carried.
     lengths: int32 [batches, batch]: tokens of each example.
     placement: (row, slot, offset) int32 [batches, batch]
       (`first_fit_decreasing` or `one_a_row`), every row below `num_rows`.
@@ -104,15 +103,9 @@ def to_rows(batches, lengths, placement, num_rows, slots):
   count, size, seq_length = tf.unstack(tf.shape(ids))
   width = ids.shape[-1]
   real = row >= 0
-  # Scatters of one value per example (few): an example's global row is
-  # its batch's first row plus its own; the last cell takes the unplaced.
+  # An example's global row is its batch's first row plus its own.
   global_row = tf.range(count)[:, tf.newaxis] * num_rows + row
-
-  def scatter(index, values, cells):
-    flat = tf.scatter_nd(
-        tf.where(real, index, cells)[:, :, tf.newaxis], values,
-        tf.reshape(cells + 1, [1]))[:-1]
-    return tf.reshape(flat, [count, num_rows, -1])
+  scatter = _scatter(real, count, num_rows)
 
   def per_slot(values):
     laid = scatter(global_row * slots + slot, values, count * num_rows * slots)
@@ -126,13 +119,7 @@ def to_rows(batches, lengths, placement, num_rows, slots):
                   count * num_rows * seq_length)
   on, slot_of, within, source = _token_map(marks, starts, example, used, size)
 
-  def tokens(values):
-    # A zero after the values is what padding reads (an empty batch too).
-    flat = tf.concat([tf.reshape(values, [-1]), tf.zeros([1], values.dtype)], 0)
-    laid = tf.gather(flat, tf.where(on, source, tf.size(values)))
-    laid.set_shape([None, None, width])
-    return laid
-
+  tokens = _gather(on, source, width)
   out = dict(
       input_example_ids=tf.ensure_shape(
           tf.where(on, slot_of + 1, 0), [None, None, width]),
@@ -140,15 +127,40 @@ def to_rows(batches, lengths, placement, num_rows, slots):
           tf.where(on, within, 0), [None, None, width]),
       input_example_starts=starts,
       input_example_index=tf.maximum(example, 0))
-  skipped = features_lib.IMPLIED_IN_ROWS + ("length", "weight")
-  for key, value in batches.items():
-    if key not in skipped:
+  # An unplaced example, an empty slot and padding all read 0: weight 0.
+  carried = {"weight": tf.ones(tf.shape(lengths), tf.float32), **batches}
+  for key, value in carried.items():
+    if key not in features_lib.IMPLIED_IN_ROWS + ("length",):
       out[key] = tokens(value) if value.shape.rank == 3 else per_slot(value)
-  weight = batches.get("weight", tf.ones(tf.shape(lengths), tf.float32))
-  out["weight"] = (
-      tokens(weight)  # per token (tagging): padding reads 0
-      if weight.shape.rank == 3 else per_slot(tf.where(real, weight, 0.0)))
   return out
+
+
+def _scatter(real, count, num_rows):
+  """scatter(index, values, cells) -> [count, num_rows, cells per row]:
+  one value per example (few) into its cell, `index` [batches, batch];
+  the unplaced (not `real`) go to a last cell, dropped."""
+
+  def scatter(index, values, cells):
+    flat = tf.scatter_nd(
+        tf.where(real, index, cells)[:, :, tf.newaxis], values,
+        tf.reshape(cells + 1, [1]))[:-1]
+    return tf.reshape(flat, [count, num_rows, -1])
+
+  return scatter
+
+
+def _gather(on, source, width):
+  """tokens(values [batches, batch, seq_length]) -> each row token's value
+  (`_token_map`'s `on` and `source`), 0 where no example lies."""
+
+  def tokens(values):
+    # A zero after the values is what padding reads (an empty batch too).
+    flat = tf.concat([tf.reshape(values, [-1]), tf.zeros([1], values.dtype)], 0)
+    laid = tf.gather(flat, tf.where(on, source, tf.size(values)))
+    laid.set_shape([None, None, width])
+    return laid
+
+  return tokens
 
 
 def _token_map(marks, starts, example, used, size):

@@ -24,8 +24,6 @@ MASKED = -10000.0
 class OneARow:
   """Each row one example: `input_mask` [batch, seq_length]."""
 
-  slots = 1
-
   def __init__(self, inputs):
     self.mask = inputs["input_mask"]
 

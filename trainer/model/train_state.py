@@ -83,8 +83,7 @@ class TrainState:
       # Batches skipped after non-finite losses (position = step + these).
       self.data_skip = _counter("data_skip", [])
       self.loss_scale = optimization.LossScale() if loss_scaling else None
-    # Steps per shape (`Layout.shapes`; the checkpoint's name is older): a
-    # host variable (no collective beside the step's).
+    # Steps per `Layout.shapes` (an older name), on the host: no collective.
     self.bucket_steps = _counter("bucket_steps", [buckets.MAX_BUCKETS])
     self._encoder = encoder  # for a checkpoint of an older layout
     self.checkpoint = checkpoints.layout(self.model, encoder, self.optimizer,

@@ -31,6 +31,7 @@ from trainer.model import train_state
 from trainer.runtime import distribute
 from trainer.runtime import logs
 from trainer.runtime import run_dir
+from trainer.runtime import run_lock
 from trainer.serving import export as export_lib
 from trainer.training import actions
 from trainer.training import encoder_setup
@@ -38,6 +39,7 @@ from trainer.training import faults
 from trainer.training import finish as finish_lib
 from trainer.training import inputs
 from trainer.training import plan as plan_lib
+from trainer.training import eval_step
 from trainer.training import train_step
 from trainer.training import trainer as trainer_lib
 
@@ -292,9 +294,9 @@ def _evaluator(c, strategy, state, task, data):
     return functools.cache(lambda: strategy.experimental_distribute_dataset(
         input_pipeline.eval_groups(split, data.eval_encode, data.layout)))
 
-  step = train_step.make_eval_step(state.model, c.num_classes, task.tagging)
+  step = eval_step.make_eval_step(state.model, c.num_classes, task.tagging)
   return trainer_lib.Evaluator(
-      train_step.make_eval_loop(strategy, step, c.num_classes, task.tagging), {
+      eval_step.make_eval_loop(strategy, step, c.num_classes, task.tagging), {
           name: dataset(split)
           for name, split in data.splits.items()
           if name.startswith("validation") or name == "test"
@@ -347,9 +349,9 @@ def _build(run, strategy, signals, saved):
   plan = _plan(c, data.counts["train"]["rows_used"],
                data.layout.steps_per_epoch)
   logging.info(
-      "Replicas: %d, jit_compile: %s, steps: %d (%d per epoch), warmup: %d",
-      strategy.num_replicas_in_sync, route.jit_compile, plan.total_steps,
-      plan.steps_per_epoch, plan.warmup_steps)
+      "Replicas: %d, jit_compile: %s, steps: %d (%d per epoch), warmup: %d; "
+      "%s", strategy.num_replicas_in_sync, route.jit_compile, plan.total_steps,
+      plan.steps_per_epoch, plan.warmup_steps, data.layout.describe())
   state = _state(c, strategy, encoder, plan, run.out, route)
   state.resume(run.shared.checkpoints, run.chief)
   _log_layer_rates(state.layer_rates)
@@ -390,7 +392,7 @@ def _build(run, strategy, signals, saved):
 def setup(c, command="trainer.main", signals=None):
   """Resolves and builds everything for a run of Config `c` (validated).
 
-  The chief holds `model_dir` for the run (`run_dir.Lock`, named after
+  The chief holds `model_dir` for the run (`run_lock.Lock`, named after
   `command`) and appends the run's log lines to model_dir/train.log: call
   `Job.close()` (as `run` does) to give both back. `signals` (an entered
   `actions.StopSignals`) is what the loop's stop on a signal checks.
@@ -398,7 +400,7 @@ def setup(c, command="trainer.main", signals=None):
   strategy, chief, shared, out = _start(c)
   run = Run(c, tasks.resolve(c), strategy, chief, shared, out)
   if chief:
-    run.lock = run_dir.Lock(c.model_dir, command).__enter__()
+    run.lock = run_lock.Lock(c.model_dir, command).__enter__()
   try:
     saved = run_record(shared)
     run.log = logs.open_run_log(out.log_file) if chief else None

@@ -23,7 +23,7 @@ import tensorflow as tf
 from trainer.foundation import tasks
 from trainer.runtime import host
 from trainer.training import controller
-from trainer.training import train_step
+from trainer.training import eval_step
 
 
 class Trainer:
@@ -160,7 +160,7 @@ class Evaluator:
   """Orbit's `StandardEvaluator`: it only evaluates.
 
   Args:
-    eval_loop: `train_step.make_eval_loop`'s function.
+    eval_loop: `eval_step.make_eval_loop`'s function.
     datasets: {split name: a function returning the split's distributed
       eval dataset (every example once; the same object at each call,
       iterated afresh by each eval)}; "validation", and for MNLI
@@ -183,12 +183,12 @@ class Evaluator:
     self._weights = weights or contextlib.nullcontext
 
   def evaluate_split(self, name, averaged=True):
-    """The metrics of one pass over split `name` (`train_step.evaluate`),
+    """The metrics of one pass over split `name` (`eval_step.evaluate`),
     inside `weights()` (the state's `averaged`: --ema_decay's average)
     unless not `averaged` (the raw weights)."""
     with self._weights() if averaged else contextlib.nullcontext():
-      return train_step.evaluate(self._eval_loop, self.datasets[name](),
-                                 self.metric_names, self.class_names)
+      return eval_step.evaluate(self._eval_loop, self.datasets[name](),
+                                self.metric_names, self.class_names)
 
   def evaluate(self, averaged=True):
     """Validation's metrics, and beside them those of each other validation
