@@ -147,12 +147,10 @@ def _training_path_tags(ner):
   ids = {t: i for i, t in enumerate(names)}
   dev = ner["dev"]
   encode = word_pieces.tagged(preprocessor, c.seq_length, True)
+  tags = [" ".join(str(ids[t]) for t in ts) for _, ts in dev]
   batch = encode(
       tf.constant([" ".join(w) for w, _ in dev]),
-      dict(
-          tags=tf.constant([" ".join(str(ids[t]) for t in ts) for _, ts in dev
-                           ]),
-          index=tf.range(len(dev), dtype=tf.int64)))
+      dict(tags=tf.constant(tags), index=tf.range(len(dev), dtype=tf.int64)))
   logits = model(features.encoder_inputs(batch), training=False).numpy()
   predicted = [[None] * len(w) for w, _ in dev]
   first = batch["word"].numpy() >= 0
@@ -174,7 +172,8 @@ def test_served_tags_are_the_models_argmax_on_the_training_path(ner):
   longest = max(len(w) for w, _ in ner["dev"])
   words = tf.constant([w + [""] * (longest - len(w)) for w, _ in ner["dev"]])
   for name in ("serve_words", "serve_words_shared_rows"):
-    out = {k: v.numpy() for k, v in ner["signatures"][name](words=words).items()}
+    served = ner["signatures"][name](words=words)
+    out = {k: v.numpy() for k, v in served.items()}
     assert out["word_count"].tolist() == [len(w) for w, _ in ner["dev"]]
     assert [_row(out, "tags", i) for i in range(len(want))] == want, name
   # Raw text: the tags of the words it splits into (`serve_words` on them).
@@ -286,10 +285,10 @@ def test_predict_writes_words_and_entities(ner, tmp_path, command):
   ]
   served = _served(ner["signatures"], [text])
   words = rows[0]["words"]
-  assert [(w["word"], w["start"], w["end"]) for w in words
-         ] == [("EU", 0, 2), ("rejects", 3, 10), ("German", 11, 17),
-               ("call", 18, 22), ("to", 23, 25), ("boycott", 26, 33),
-               ("British", 34, 41), ("lamb", 42, 46), (".", 46, 47)]
+  want = [("EU", 0, 2), ("rejects", 3, 10), ("German", 11, 17),
+          ("call", 18, 22), ("to", 23, 25), ("boycott", 26, 33),
+          ("British", 34, 41), ("lamb", 42, 46), (".", 46, 47)]
+  assert [(w["word"], w["start"], w["end"]) for w in words] == want
   assert [w["tag"] for w in words] == _row(served, "tags", 0)
   assert [(e["entity_group"], e["word"], e["start"], e["end"])
           for e in rows[0]["entities"]] == list(
