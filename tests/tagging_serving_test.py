@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import ROOT
+from conftest import run_outside_project
 from trainer.data import word_pieces
 from trainer.data import word_split
 from trainer.evaluation import tagging as tagging_metrics
@@ -264,6 +265,30 @@ def test_the_run_folders_export_serves_as_the_runs_own(ner, tmp_path):
   for key in ("tag_ids", "starts", "entity_types", "entity_starts"):
     np.testing.assert_array_equal(a[key], b[key])
   np.testing.assert_allclose(a["probabilities"], b["probabilities"], atol=1e-5)
+
+
+def test_a_fresh_process_without_the_project_serves_the_tags(ner, tmp_path):
+  """The export loads with TensorFlow and TF Text alone and serves what
+  this process serves."""
+  text = "EU rejects German call to boycott British lamb."
+  out = run_outside_project(
+      tmp_path, f"""
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  registers the preprocessor's ops
+loaded = tf.saved_model.load({ner['export_dir']!r})
+out = loaded.signatures["serving_default"](text=tf.constant([{text!r}]))
+print(json.dumps(dict(
+    trainer_imported="trainer" in sys.modules,
+    tags=[t.decode() for t in out["tags"].numpy()[0]],
+    names=[n.decode() for n in loaded.tag_names().numpy()])))
+""")
+  assert out["trainer_imported"] is False
+  assert out["tags"] == _row(_served(ner["signatures"], [text]), "tags", 0)
+  assert out["names"] == [
+      "O", "B-LOC", "I-LOC", "B-MISC", "I-MISC", "B-ORG", "I-ORG", "B-PER",
+      "I-PER"
+  ]
 
 
 def test_predict_writes_words_and_entities(ner, tmp_path, command):
