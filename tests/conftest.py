@@ -52,7 +52,7 @@ from trainer.training import inputs  # noqa: E402
 # behind a heavy file.
 HEAVY_FIRST = ("train_lib_test", "benchmarks_test", "huggingface_test",
                "main_test", "train_step_test", "precision_test", "export_test",
-               "distribute_test", "hf_import_test")
+               "tagging_serving_test", "distribute_test", "hf_import_test")
 
 
 def _weight(item):

@@ -5,6 +5,8 @@ r"""Evaluate an exported model (or a checkpoint) on any data the trainer reads.
         --split=test
     python -m trainer.evaluate --model_dir=RUN [--checkpoint=PATH] \
         --split=validation --output_file=metrics.json --tensorboard_dir=TB
+    python -m trainer.evaluate --task=tagging --export_dir=NER_EXPORT \
+        --input_file=dev.txt   # CoNLL or JSON lines: entity F1, per type
 
 `trainer.serving.evaluate.evaluate` does the work (`trainer.evaluate` in
 Python); this prints the metrics as JSON. The trainer's data flags read

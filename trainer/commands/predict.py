@@ -9,6 +9,8 @@ r"""Predict with an exported model: raw text in, classes and probabilities out.
         --input_file=dev.tsv --text_column=sentence1,sentence2 --quoting=none
     python -m trainer.predict --export_dir=MRPC_EXPORT --tfds_name=glue/mrpc \
         --split=test --output_file=mrpc_test.jsonl
+    python -m trainer.predict --export_dir=NER_EXPORT \
+        --text="EU rejects German call."   # words, tags and entities
 
 `trainer.serving.predict.predict` does the work (`trainer.predict` in
 Python); this writes its rows as JSON lines (stdout by default) or CSV.

@@ -86,34 +86,43 @@ def make_word_packer(preprocessor, seq_length):
     first = tf.ragged.range(per_word.row_lengths()).flat_values == 0
     tag = tf.gather(kept_tags.flat_values, per_word.value_rowids())
     ids = kept.merge_dims(1, 2)
-    labels = ids.with_flat_values(tf.where(first, tag, 0))
-    weights = ids.with_flat_values(tf.cast(first, tf.float32))
-    n = tf.shape(sentences)[0]
-    start = tf.fill([n, 1], special["start_of_sequence_id"])
-    end = tf.fill([n, 1], special["end_of_segment_id"])
-    ids = tf.concat([start, ids, end], axis=1)
-    zeros = tf.zeros([n, 1], tf.int32)
-    labels = tf.concat([zeros, labels, zeros], axis=1)
-    weights = tf.concat(
-        [tf.cast(zeros, tf.float32), weights,
-         tf.cast(zeros, tf.float32)],
-        axis=1)
-    word_ids, mask = text.pad_model_inputs(
-        ids, max_seq_length=seq_length, pad_value=special["padding_id"])
-    labels, _ = text.pad_model_inputs(labels, max_seq_length=seq_length)
-    weights, _ = text.pad_model_inputs(weights, max_seq_length=seq_length)
-    static = [sentences.shape[0], seq_length]
-    return dict(
-        input_word_ids=tf.ensure_shape(tf.cast(word_ids, tf.int32), static),
-        input_mask=tf.ensure_shape(tf.cast(mask, tf.int32), static),
-        input_type_ids=tf.zeros_like(tf.cast(mask, tf.int32)),
-        label=tf.ensure_shape(tf.cast(labels, tf.int32), static),
-        weight=tf.ensure_shape(weights, static),
-        words_cut=tf.cast(
-            tf.reduce_sum(tf.cast(tf.logical_not(keep), tf.int32), axis=1),
-            tf.int32))
+    out = _packed(
+        ids,
+        dict(
+            label=ids.with_flat_values(tf.where(first, tag, 0)),
+            weight=ids.with_flat_values(tf.cast(first, tf.float32))), special,
+        seq_length, sentences.shape[0])
+    out["words_cut"] = tf.cast(
+        tf.reduce_sum(tf.cast(tf.logical_not(keep), tf.int32), axis=1),
+        tf.int32)
+    return out
 
   return pack
+
+
+def _packed(ids, per_piece, special, seq_length, static_rows=None):
+  """`[CLS] ids [SEP]` padded to seq_length: int32 [n, seq_length]
+  `input_word_ids`, `input_mask`, `input_type_ids`, and each of
+  `per_piece` (RaggedTensors [n, (pieces)] like `ids`) beside its pieces,
+  0 on [CLS], [SEP] and padding."""
+  n = ids.nrows(out_type=tf.int32)
+  start = tf.fill([n, 1], special["start_of_sequence_id"])
+  end = tf.fill([n, 1], special["end_of_segment_id"])
+  word_ids, mask = text.pad_model_inputs(
+      tf.concat([start, ids, end], axis=1),
+      max_seq_length=seq_length,
+      pad_value=special["padding_id"])
+  static = [static_rows, seq_length]
+  out = dict(
+      input_word_ids=tf.ensure_shape(tf.cast(word_ids, tf.int32), static),
+      input_mask=tf.ensure_shape(tf.cast(mask, tf.int32), static),
+      input_type_ids=tf.zeros_like(tf.cast(mask, tf.int32)))
+  for key, values in per_piece.items():
+    zeros = tf.zeros([n, 1], values.dtype)
+    padded, _ = text.pad_model_inputs(
+        tf.concat([zeros, values, zeros], axis=1), max_seq_length=seq_length)
+    out[key] = tf.ensure_shape(padded, static)
+  return out
 
 
 def window_ids(pieces, budget):
@@ -183,6 +192,44 @@ def windows(preprocessor, sentences, tags, seq_length):
       tf.cast(position, tf.int32), group, m)
   owner = tf.math.unsorted_segment_min(sentence, group, m)
   return joined, window_tags, owner, first_word
+
+
+def sentence_windows(pieces, special, seq_length):
+  """Every word of every sentence in windows of whole words (`window_ids`),
+  each window a row: what a tagging export serves, no word dropped.
+
+  Args:
+    pieces: int32 RaggedTensor [n, (words), (pieces)] (`word_pieces`).
+    special: the preprocessor's special token ids
+      (`preprocessing.special_tokens`).
+    seq_length: tokens per row, [CLS] and [SEP] included.
+
+  Returns:
+    dict of int32 [windows, seq_length] `input_word_ids`, `input_mask`,
+    `input_type_ids` and `word`: on a word's first piece the word's place
+    among all the words of `pieces` (flat, row-major), -1 elsewhere. A
+    word of more than seq_length - 2 pieces keeps its first ones, alone
+    in its window; a sentence of no word has no window.
+  """
+  budget = seq_length - 2
+  per_word = pieces.values[:, :budget]  # [words, (pieces)]
+  capped = pieces.with_values(per_word)
+  window = window_ids(capped, budget)
+  windows = tf.where(capped.row_lengths() > 0,
+                     tf.cast(tf.reduce_max(window, axis=1), tf.int64) + 1, 0)
+  base = tf.math.cumsum(windows, exclusive=True)
+  group = tf.gather(base, window.value_rowids()) + tf.cast(
+      window.flat_values, tf.int64)
+  piece_group = tf.gather(group, per_word.value_rowids())
+  count = tf.reduce_sum(windows)
+  first = tf.ragged.range(per_word.row_lengths()).flat_values == 0
+  word = tf.where(first, tf.cast(per_word.value_rowids(), tf.int32), -1)
+  ids = tf.RaggedTensor.from_value_rowids(per_word.flat_values, piece_group,
+                                          count)
+  out = _packed(ids, dict(word=ids.with_flat_values(word + 1)), special,
+                seq_length)
+  out["word"] -= 1
+  return out
 
 
 def parse_tags(joined):

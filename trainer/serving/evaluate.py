@@ -18,7 +18,8 @@ regression (--num_classes=1) mean squared error, Pearson and Spearman.
 Sentence pairs (two --text_column/--text_key fields) go to the model's
 `text` and `text_pair`;
 `--tensorboard_dir` also gets the confusion matrix image and, for two
-classes, the PR curve.
+classes, the PR curve. --task=tagging (a tagging run's --model_dir implies
+it) scores tagged sentences as training's eval does (`tagged_evaluate`).
 """
 
 import dataclasses
@@ -43,6 +44,7 @@ from trainer.runtime import run_dir
 from trainer.serving import export
 from trainer.serving import exported
 from trainer.serving import run_folder
+from trainer.serving import tagged_evaluate
 
 
 def with_run_config(c, given):
@@ -101,6 +103,10 @@ def serving(c, task, export_dir="", checkpoint=""):
     logging.info("Scoring the export %s", export_dir)
     return lambda texts: call(serve, texts), None, dict(export_dir=export_dir)
   saved = run_folder.read_run_config(c.model_dir, c.checkpoint_dir)
+  if saved.task == tasks.TAGGING:
+    raise errors.ConfigError(
+        f"--model_dir={c.model_dir} holds a tagging run (a tag per word): "
+        "evaluate it with --task=tagging, or leave --task unset")
   _check_classes(c, saved.num_classes, f"the run in {c.model_dir}")
   _check_pairs(task, tasks.resolve(saved).pairs, f"the run in {c.model_dir}")
   preprocessor, model, path, step = run_folder.load_classifier(
@@ -261,10 +267,15 @@ def evaluate(c=None,
   _check_outputs(output_file, tensorboard_dir)
   c = checks.validate(with_run_config(c, given))
   task = tasks.resolve(c)
-  serve, names, scored = serving(c, task, export_dir, checkpoint)
-  result, histograms = score(task, serve, data_split(c, task, split,
-                                                     input_file), names)
-  result.update(scored)
+  histograms = None
+  if task.tagging:
+    result = tagged_evaluate.evaluate(c, task, export_dir, checkpoint, split,
+                                      input_file)
+  else:
+    serve, names, scored = serving(c, task, export_dir, checkpoint)
+    result, histograms = score(task, serve,
+                               data_split(c, task, split, input_file), names)
+    result.update(scored)
   if output_file:
     with tf.io.gfile.GFile(output_file, "w") as f:
       f.write(json.dumps(result, indent=2, sort_keys=True) + "\n")

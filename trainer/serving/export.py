@@ -1,4 +1,5 @@
-"""Export a trained classifier as a SavedModel that serves raw strings.
+"""Export a trained classifier or tagger as a SavedModel that serves raw
+strings.
 
 One route for every export: `write(model, preprocessor, seq_length, task,
 export_dir)` saves a classifier (`finish` hands it the run's live model,
@@ -18,7 +19,8 @@ the same function; `exported` loads an export back. The export,
 
 A sentence-pair model's signatures take `text` and `text_pair` (both
 [batch] tf.string); a regression model's (`--num_classes=1`) returns
-`scores` [batch] float32 instead.
+`scores` [batch] float32 instead. A tagging run's export tags each word of
+raw text and returns its entities (`trainer.serving.tagging`).
 
 It holds the preprocessor (same cleaning and tokenization as training), the
 encoder and the head, so it loads with `tf.saved_model.load` and
@@ -43,6 +45,7 @@ from trainer.runtime import distribute
 from trainer.runtime import run_dir
 from trainer.serving import exported
 from trainer.serving import run_folder
+from trainer.serving import tagging
 
 ExportError = errors.ExportError
 
@@ -83,6 +86,13 @@ class ServingModule(tf.Module):
       self._seq_length = seq_length
       self.serve_rows = tf.function(
           self._serve_rows, input_signature=inputs, autograph=False)
+
+  def signatures(self):
+    """{name: tf.function} as `tf.saved_model.save` takes them."""
+    out = {"serving_default": self.serve, "preprocess": self.preprocess}
+    if self.serve_rows is not None:
+      out[exported.SHARED_ROWS] = self.serve_rows
+    return out
 
   def _texts(self, text, text_pair=None):
     return text if text_pair is None else tf.stack([text, text_pair], axis=1)
@@ -131,7 +141,11 @@ def bucketed_packer(pack, buckets):
 
 def serving_module(model, preprocessor, seq_length, task, buckets=None):
   """The ServingModule of a classifier of Task `task` (serving in the
-  lengths of `buckets`, default --seq_length only)."""
+  lengths of `buckets`, default --seq_length only); a tagging Task's
+  `tagging.TaggingModule`."""
+  if task.tagging:
+    return tagging.TaggingModule(preprocessor, model, seq_length,
+                                 task.class_names, buckets)
   return ServingModule(preprocessor, model, seq_length, task.class_names,
                        task.pairs, task.regression, buckets)
 
@@ -148,12 +162,7 @@ def write_export(module, export_dir, io_device=None):
   if exported.is_complete(export_dir):
     raise ExportError(f"{export_dir} exists already; remove it to export "
                       "again")
-  signatures = {
-      "serving_default": module.serve,
-      "preprocess": module.preprocess
-  }
-  if module.serve_rows is not None:
-    signatures[exported.SHARED_ROWS] = module.serve_rows
+  signatures = module.signatures()
   return run_dir.publish_folder(
       lambda tmp: tf.saved_model.save(
           module, tmp, signatures=signatures, options=_save_options(io_device)),
@@ -270,10 +279,6 @@ def export_run(model_dir,
   assets from `demo_cache_dir` when given.
   """
   c = run_folder.read_run_config(model_dir, checkpoint_dir)
-  if c.task == tasks.TAGGING:
-    raise ExportError(
-        f"--model_dir={model_dir} is a tagging run, which this trainer does "
-        "not export yet: its checkpoints hold the model (docs/tagging.md)")
   c = dataclasses.replace(
       c,
       checkpoint_dir=checkpoint_dir,

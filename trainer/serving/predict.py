@@ -1,4 +1,5 @@
-r"""Predict with an exported model: raw text in, classes and probabilities out.
+r"""Predict with an exported model: raw text in, classes and probabilities out
+(a tagging export: each word's tag and the entities, `tagged_rows`).
 
 `predict(export_dir, ...)` (`trainer.predict` in Python) yields one row per
 text, streamed; `python -m trainer.predict` writes them (its usage:
@@ -32,6 +33,7 @@ from trainer.foundation import config
 from trainer.foundation import errors
 from trainer.foundation import tasks
 from trainer.serving import exported
+from trainer.serving import tagged_rows
 
 # Bad input flags or files: one line, exit code 2 (trainer.cli).
 PredictError = errors.ConfigError
@@ -201,16 +203,23 @@ def write(predictions, output_file):
         if header is None:
           header = list(p)
           writer.writerow(header)
-        writer.writerow([
-            " ".join(map(str, p[k])) if k == "probabilities" else p[k]
-            for k in header
-        ])
+        writer.writerow([_cell(k, p[k]) for k in header])
     else:
       for p in predictions:
         out.write(json.dumps(p, ensure_ascii=False) + "\n")
   finally:
     if output_file:
       out.close()
+
+
+def _cell(key, value):
+  """A CSV cell: probabilities joined by spaces, a tagging row's words and
+  entities as JSON."""
+  if key == "probabilities":
+    return " ".join(map(str, value))
+  if isinstance(value, list):
+    return json.dumps(value, ensure_ascii=False)
+  return value
 
 
 def _texts(name, values):
@@ -259,7 +268,17 @@ def predict(export_dir,
   if text_pairs and len(text_pairs) != len(texts):
     raise PredictError(f"give one --text_pair per --text ({len(texts)} "
                        f"--text, {len(text_pairs)} --text_pair)")
-  serve, _ = exported.load_serving(export_dir)
+  loaded = exported.load(export_dir)
+  tagger = exported.load_tagger(
+      export_dir, loaded=loaded) if exported.is_tagging(loaded) else None
+  if tagger and (text_pairs or "," in text_column and input_file):
+    raise PredictError(f"--export_dir={export_dir} is a tagging export: it "
+                       "takes one text, not sentence pairs (no --text_pair, "
+                       "one --text_column)")
+  if tagger and tfds_name:
+    raise PredictError(f"--export_dir={export_dir} is a tagging export: give "
+                       "it texts (--text, --input_file), not --tfds_name")
+  serve = tagger or exported.load_serving(export_dir, loaded=loaded)[0]
   tally = Tally()
   if tfds_name:
     what = f"--tfds_name={tfds_name} --split={split or 'test'}"
@@ -272,4 +291,6 @@ def predict(export_dir,
   else:
     what = "--text"
     rows = tally.count(list(zip(texts, text_pairs)) if text_pairs else texts)
+  if tagger:
+    return _said(tagged_rows.predictions(tagger, rows, batch_size), what, tally)
   return _said(predictions(serve, rows, batch_size), what, tally)

@@ -361,10 +361,7 @@ def _build(run, strategy, signals, saved):
       c, task, run, plan, state, evaluator, signals)
   trainer = _trainer(c, strategy, state, route, data, plan, run)
   exporter = None
-  if c.export and run.chief and task.tagging:
-    logging.warning("Tagging runs do not export a SavedModel yet: the "
-                    "checkpoints hold the model (docs/tagging.md)")
-  elif c.export and run.chief:
+  if c.export and run.chief:
     exporter = export_lib.RunExporter(state, preprocessor, c, task, data.layout,
                                       run.out, strategy)
   return Job(

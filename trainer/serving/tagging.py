@@ -1,0 +1,216 @@
+"""A tagging run's export: raw text in, each word's tag and the entities out.
+
+`TaggingModule` is what `trainer.serving.export` saves for a tagging run
+(both routes: `finish`'s live model and `trainer.export --model_dir`). Its
+signatures:
+
+    serving_default(text: [batch] tf.string)
+    serve_words(words: [batch, max_words] tf.string, "" = padding)
+    serve_shared_rows(text), serve_words_shared_rows(words): the same
+        outputs, several windows a row (only where the encoder is this
+        project's, rebuilt in Python; what `trainer.predict` and
+        `trainer.evaluate` use when they are there)
+
+`text` is split into words as BERT's basic tokenizer splits it
+(`word_split`: whitespace, and each punctuation character a word of its
+own), with each word's character offsets. `words` are taken as given (a
+CoNLL file's, one word each; every "" is dropped), their offsets those in
+the words joined by single spaces. Each word is cut into pieces by the
+run's preprocessor as training cuts it (`word_pieces.word_pieces`: a word
+of no piece gets the unknown piece), the words packed in windows of whole
+words of --seq_length tokens (`word_pieces.sentence_windows`: a long
+sentence is never cut), and each word takes its first piece's prediction
+(Hugging Face's `aggregation_strategy="first"`, `run_ner`'s labelling).
+
+Outputs, padded to the longest of the call (strings "", ints -1, floats 0):
+
+    word_count [batch] int32; words [batch, W] string;
+    starts, ends [batch, W] int32: character offsets, end exclusive;
+    tag_ids [batch, W] int32; tags [batch, W] string;
+    scores [batch, W] float32: the tag's probability;
+    probabilities [batch, W, num_tags] float32;
+    entity_count [batch] int32; entity_types [batch, E] string (PER, ...);
+    entity_texts [batch, E] string: text[start:end];
+    entity_starts, entity_ends [batch, E] int32: character offsets;
+    entity_word_starts, entity_word_ends [batch, E] int32: word positions,
+        end exclusive;
+    entity_scores [batch, E] float32: the mean of its words' scores.
+
+Entities are read from the tags by conlleval's chunking (the eval's,
+`evaluation.tagging`, and Hugging Face's grouping: an entity opens at
+`B-X` or at an `I-X` that does not continue one of type X).
+"""
+
+import tensorflow as tf
+
+from trainer.data import input_pipeline
+from trainer.data import preprocessing
+from trainer.data import row_layout
+from trainer.data import tag_sets
+from trainer.data import word_pieces
+from trainer.data import word_split
+from trainer.encoders import native
+from trainer.foundation import features
+from trainer.foundation import shared_rows
+from trainer.serving import exported
+
+TEXT = tf.TensorSpec([None], tf.string, name="text")
+WORDS = tf.TensorSpec([None, None], tf.string, name="words")
+
+
+class TaggingModule(tf.Module):
+  """Preprocessor + tagger behind string signatures (the module's
+  docstring): `serve` (text), `serve_words` (words), and where the encoder
+  is this project's `serve_rows`, `serve_words_rows` (shared rows)."""
+
+  def __init__(self, preprocessor, model, seq_length, tag_names, buckets=None):
+    super().__init__(name="tagging")
+    self.preprocessor = preprocessor
+    self.model = model
+    self._seq_length = seq_length
+    self._buckets = tuple(buckets or (seq_length,))
+    self._special = preprocessing.special_tokens(preprocessor)
+    self._tags = tag_sets.TagSet(tuple(tag_names))
+    names = tf.constant(self._tags.names)
+    # The tags by id, for readers of the export (`exported.load_tagger`).
+    self.tag_names = tf.function(lambda: names, input_signature=[])
+    fn = lambda f, spec: tf.function(f, input_signature=[spec], autograph=False)
+    self.serve = fn(lambda text: self._tag_text(text, False), TEXT)
+    self.serve_words = fn(lambda words: self._tag_words(words, False), WORDS)
+    self.serve_rows = self.serve_words_rows = None
+    if isinstance(model.encoder, native.NativeEncoder):
+      self.serve_rows = fn(lambda text: self._tag_text(text, True), TEXT)
+      self.serve_words_rows = fn(lambda words: self._tag_words(words, True),
+                                 WORDS)
+
+  def signatures(self):
+    """{name: tf.function} as `tf.saved_model.save` takes them."""
+    out = {"serving_default": self.serve, exported.WORDS: self.serve_words}
+    if self.serve_rows is not None:
+      out[exported.SHARED_ROWS] = self.serve_rows
+      out[exported.WORDS_SHARED_ROWS] = self.serve_words_rows
+    return out
+
+  def _tag_text(self, text, in_rows):
+    words, starts, ends, text = word_split.split_with_offsets(text)
+    return self._tag(words, starts, ends, text, in_rows)
+
+  def _tag_words(self, words, in_rows):
+    words = tf.ragged.boolean_mask(words, tf.not_equal(words, ""))
+    text, starts, ends = word_split.joined_with_offsets(words)
+    return self._tag(words, starts, ends, text, in_rows)
+
+  def _tag(self, words, starts, ends, text, in_rows):
+    """The outputs (module docstring) of words [n, (words)] with their
+    character `starts` and `ends` in `text` [n]."""
+    pieces = word_pieces.word_pieces(self.preprocessor, words)
+    windows = word_pieces.sentence_windows(pieces, self._special,
+                                           self._seq_length)
+    logits, word = (self._in_rows if in_rows else self._in_buckets)(windows)
+    first = tf.where(word >= 0)[:, 0]
+    per_word = tf.scatter_nd(
+        tf.gather(word, first)[:, tf.newaxis], tf.gather(logits, first),
+        tf.stack([tf.size(words.flat_values),
+                  tf.shape(logits)[1]]))
+    probabilities = tf.nn.softmax(per_word, axis=-1)
+    tag_ids = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
+    scores = tf.reduce_max(probabilities, axis=-1)
+    ragged = lambda flat: words.with_flat_values(flat)
+    out = dict(
+        word_count=tf.cast(words.row_lengths(), tf.int32),
+        words=words.to_tensor(""),
+        starts=starts.to_tensor(-1),
+        ends=ends.to_tensor(-1),
+        tag_ids=ragged(tag_ids).to_tensor(-1),
+        tags=ragged(tf.gather(tf.constant(self._tags.names),
+                              tag_ids)).to_tensor(""),
+        scores=ragged(scores).to_tensor(0.0),
+        probabilities=ragged(probabilities).to_tensor(0.0))
+    out.update(
+        entities(self._tags, tag_ids, words, starts.flat_values,
+                 ends.flat_values, scores, text))
+    return out
+
+  def _in_buckets(self, windows):
+    """(logits [tokens, num_tags], word [tokens]) of the windows one a row,
+    cut to the smallest of the run's lengths that holds the longest."""
+    edges = tf.constant(self._buckets, tf.int32)
+    longest = tf.reduce_max(
+        tf.concat([tf.reduce_sum(windows["input_mask"], axis=1), [0]], 0))
+    length = tf.gather(edges, input_pipeline.bucket_of(edges, [longest]))[0]
+    inputs = {k: windows[k][:, :length] for k in features.ENCODER_INPUTS}
+    logits = self.model(inputs, training=False)
+    return (tf.reshape(logits, [-1, tf.shape(logits)[-1]]),
+            tf.reshape(windows["word"][:, :length], [-1]))
+
+  def _in_rows(self, windows):
+    """As `_in_buckets`, the windows in shared rows (first-fit
+    decreasing, as many rows as they fill: serving compiles nothing)."""
+    lengths = row_layout.lengths_of(windows)[tf.newaxis]
+    slots = shared_rows.slots_per_row(self._seq_length)
+    placement = row_layout.first_fit_decreasing(lengths, self._seq_length,
+                                                slots)
+    num_rows = tf.maximum(row_layout.rows_needed(placement[0])[0], 1)
+    batch = {
+        k: windows[k][tf.newaxis] for k in ("input_word_ids", "input_type_ids")
+    }
+    batch["word"] = windows["word"][tf.newaxis] + 1  # rows pad with 0
+    rows = row_layout.to_rows(batch, lengths, placement, num_rows, slots)
+    logits = self.model({k: rows[k][0] for k in features.ROW_INPUTS},
+                        training=False)
+    return (tf.reshape(logits, [-1, tf.shape(logits)[-1]]),
+            tf.reshape(rows["word"][0], [-1]) - 1)
+
+
+def entities(tags, tag_ids, words, starts, ends, scores, text):
+  """The entities of tagged words, padded per text (the module docstring's
+  `entity_*` outputs).
+
+  Args:
+    tags: the `tag_sets.TagSet` the ids index.
+    tag_ids: int32 [words]: each word's tag, flat (row-major).
+    words: string RaggedTensor [n, (words)] whose flat values they tag.
+    starts, ends: int32 [words]: each word's character offsets in its text.
+    scores: float32 [words]: each word's tag probability.
+    text: string [n]: the texts the offsets point into.
+  """
+  kinds, prefixes = [], []
+  for name in tags.names:
+    prefix, kind = tag_sets.split_tag(name)
+    kinds.append(tags.types.index(kind) if kind else -1)
+    prefixes.append(prefix)
+  kind = tf.gather(tf.constant(kinds, tf.int32), tag_ids)
+  opens_b = tf.gather(tf.constant([p == "B" for p in prefixes]), tag_ids)
+  position = tf.cast(tf.ragged.range(words.row_lengths()).flat_values, tf.int32)
+  previous = tf.concat([[-1], kind[:-1]], 0)
+  previous = tf.where(position == 0, -1, previous)
+  inside = kind >= 0
+  opens = inside & (opens_b | tf.not_equal(kind, previous))
+  count = tf.reduce_sum(tf.cast(opens, tf.int32))
+  entity = tf.boolean_mask(tf.cumsum(tf.cast(opens, tf.int32)) - 1, inside)
+  span = lambda values: tf.math.unsorted_segment_max(
+      tf.boolean_mask(values, inside), entity, count)
+  sentence = tf.boolean_mask(tf.cast(words.value_rowids(), tf.int32), opens)
+  start, end = tf.boolean_mask(starts, opens), span(ends)
+  out = dict(
+      entity_types=tf.gather(
+          tf.constant(tags.types or ("",)), tf.boolean_mask(kind, opens)),
+      entity_texts=tf.strings.substr(
+          tf.gather(text, sentence), start, end - start, unit="UTF8_CHAR"),
+      entity_starts=start,
+      entity_ends=end,
+      entity_word_starts=tf.boolean_mask(position, opens),
+      entity_word_ends=span(position) + 1,
+      entity_scores=tf.math.unsorted_segment_mean(
+          tf.boolean_mask(scores, inside), entity, count))
+  n = words.nrows(out_type=tf.int32)
+  pad = {tf.string: "", tf.int32: -1, tf.float32: 0.0}
+  padded = {
+      k:
+          tf.RaggedTensor.from_value_rowids(v, sentence,
+                                            n).to_tensor(pad[v.dtype])
+      for k, v in out.items()
+  }
+  padded["entity_count"] = tf.math.bincount(
+      sentence, minlength=n, maxlength=n, dtype=tf.int32)
+  return padded
