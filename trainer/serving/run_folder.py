@@ -97,7 +97,7 @@ def load_classifier(c, checkpoint="", io_device=None):
     # its loaded graph cannot read): export it as the live export does.
     encoder = handles.rebuilt(encoder, c.encoder_handle) or encoder
   model = model_lib.Classifier(encoder, c.num_classes, c.dropout_rate, c.seed,
-                               c.pooling)
+                               model_lib.pooling_of(c))
   problem = checkpoints.misfit(path, model, encoder)
   if problem:
     raise errors.CheckpointError(
