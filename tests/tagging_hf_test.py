@@ -182,11 +182,12 @@ def test_the_export_converts_back_to_the_fine_tuned_encoder(
 
 
 def test_a_model_garden_tagger_exports_with_tf_hubs_text_path(
-    tmp_path, dev_sentences):
+    tmp_path, dev_sentences, capsys):
   """A tagger on Model Garden's TF Hub BERT and TF Hub's preprocessor,
   trained in shared rows (the encoder rebuilt): its export gives the
   preprocessor's ids (tensorflow_text's BasicTokenizer, spelled out in
-  tokenizer.json) and the run's logits on real dev sentences."""
+  tokenizer.json) and the run's logits on real dev sentences. The
+  benchmark program, exporting the run itself, prints the same table."""
   garden = os.path.join(ROOT, "tests", "data", "model_garden_bert")
   run, hf_dir = _tagging_run(
       tmp_path,
@@ -203,3 +204,9 @@ def test_a_model_garden_tagger_exports_with_tf_hubs_text_path(
   assert out["sentences"] == out["ids_equal"] == 48
   assert out["words"] == out["tags_agree"] > 0
   assert out["first_piece_diff"] <= 1e-4 and out["token_diff"] <= 1e-4
+  tagging_hf_parity.main([
+      f"--model_dir={run}", f"--eval_file={os.path.join(CONLL, 'dev.txt')}",
+      "--sentences=48"
+  ])
+  row = capsys.readouterr().out.strip().splitlines()[-1]
+  assert row.startswith(f"| 48 | 48 | {out['words']} | {out['words']} | ")
