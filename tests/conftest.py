@@ -51,8 +51,9 @@ from trainer.training import inputs  # noqa: E402
 # and the light files fill the tail: neither worker waits idle at the end
 # behind a heavy file.
 HEAVY_FIRST = ("train_lib_test", "benchmarks_test", "huggingface_test",
-               "main_test", "train_step_test", "precision_test", "export_test",
-               "tagging_serving_test", "distribute_test", "hf_import_test")
+               "tagging_hf_test", "main_test", "train_step_test",
+               "precision_test", "export_test", "tagging_serving_test",
+               "distribute_test", "hf_import_test")
 
 
 def _weight(item):

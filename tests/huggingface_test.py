@@ -23,6 +23,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import ROOT, invoke, minilm_source, tiny_config
+from testing import export_hf
 from trainer.encoders import hf_import
 from trainer.encoders import hf_names
 from trainer.serving import hf_tokenizer
@@ -74,14 +75,6 @@ def _tsv_pairs(path, first, second, n=80):
 
 def _decode(texts):
   return [t.decode("utf-8", errors="replace") for t in texts]
-
-
-def export_hf(model_dir, output_dir):
-  result = invoke("export", f"--model_dir={model_dir}", "--format=huggingface",
-                  f"--output_dir={output_dir}")
-  assert result.returncode == 0, result.stderr[-3000:]
-  assert result.stdout.strip().splitlines()[-1] == str(output_dir)
-  return str(output_dir)
 
 
 @functools.cache

@@ -22,8 +22,10 @@ from trainer.evaluation import tagging as tagging_metrics
 from trainer.foundation import config as config_lib
 from trainer.foundation import features as features_lib
 from trainer.foundation import errors
+from trainer.foundation import layout as layout_lib
 from trainer.model import classifier as model_lib
 from trainer.model import optimization
+from trainer.serving import run_folder
 from trainer.training import launch
 from trainer.training import train_lib
 from trainer.training import eval_step
@@ -278,6 +280,63 @@ def test_a_tagging_run_scores_entities_and_keeps_its_tags(tmp_path, demo_paths):
   with pytest.raises(errors.ConfigError, match="not --label_names="):
     launch.setup(other)
   assert testing.tree_digest(c.model_dir) == before
+
+
+GARDEN = os.path.join(os.path.dirname(__file__), "data", "model_garden_bert")
+
+
+@pytest.mark.parametrize("encoder", ["model_garden", "opaque"])
+def test_any_bert_encoder_tags(encoder, tmp_path, demo_paths, opaque_encoder,
+                               caplog, info_logging):
+  """A tagging run on a TF Hub BERT of Model Garden's exporter (with TF
+  Hub's preprocessor) trains in shared rows, the encoder rebuilt as for
+  classification; one on an opaque SavedModel (not rebuilt) trains one
+  example a row, saying why. Either: the loss finite, every validation
+  sentence scored, and the model restored from the run's folder gives
+  logits per token."""
+  if encoder == "model_garden":
+    handles = (os.path.join(GARDEN,
+                            "encoder"), os.path.join(GARDEN, "preprocessor"))
+  else:
+    handles = (opaque_encoder, demo_paths["preprocessor"])
+  sentences = _sentences(200, seed=11)
+  c = tiny_config(
+      tmp_path / "run",
+      demo_paths["root"],
+      task="tagging",
+      train_file=write_conll(tmp_path / "train.txt", sentences),
+      seq_buckets="none",
+      eval_metrics="",
+      validation_fraction=0.2,
+      encoder_handle=handles[0],
+      preprocessor_handle=handles[1],
+      train_steps=4,
+      eval_every=0)
+  summary = train_lib.fit(c)
+  record = json.load(open(os.path.join(c.model_dir, "config.json")))
+  layout = layout_lib.Layout.from_record(record, c)
+  said = [r.getMessage() for r in caplog.records if "Shared rows" in r.message]
+  if encoder == "model_garden":
+    assert layout.kind == layout_lib.ROWS and record["shared_rows"]
+    assert said[0].startswith(
+        "Shared rows (--shared_rows=auto): a batch of 16 in ")
+  else:
+    assert layout.kind == layout_lib.FIXED and record["shared_rows"] is None
+    assert said == [
+        f"Shared rows: off, one example a row (--encoder_handle="
+        f"{opaque_encoder} is a SavedModel this trainer cannot rebuild "
+        "(neither its own encoder nor a Model Garden BERT), whose graph "
+        "takes one example a row)"
+    ]
+  assert np.isfinite(summary["train_loss"])
+  assert summary["eval_examples"] == summary["examples"]["validation"] == 34
+  c = run_folder.read_run_config(c.model_dir)
+  preprocessor, model, _, step = run_folder.load_classifier(c)
+  assert step == 4
+  batch = _encoded(preprocessor, sentences[:3], 32)
+  logits = model(features_lib.encoder_inputs(batch))
+  assert logits.shape == (3, 32, len(TAGS))
+  assert np.isfinite(logits.numpy()).all()
 
 
 def test_the_entity_scores_match_the_metric_module(preprocessor):

@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_hub as hub
 
+from conftest import invoke
 from trainer.data import input_pipeline
 from trainer.data import row_layout
 from trainer.data import sources
@@ -312,3 +313,14 @@ def encoder_copy(source, **changes):
 def without_dropout(source):
   """`encoder_copy` with dropout off."""
   return encoder_copy(source, dropout_rate=0.0)
+
+
+def export_hf(model_dir, output_dir):
+  """`trainer.export --format=huggingface` of run `model_dir` into
+  `output_dir`, as the command runs it (in this process); returns
+  output_dir."""
+  result = invoke("export", f"--model_dir={model_dir}", "--format=huggingface",
+                  f"--output_dir={output_dir}")
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert result.stdout.strip().splitlines()[-1] == str(output_dir)
+  return str(output_dir)

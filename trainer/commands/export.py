@@ -10,7 +10,8 @@ the run's config.json and its best checkpoint (else the newest, or
 --checkpoint), read from RUN/checkpoints (`--checkpoint_dir` elsewhere):
 wherever the run folder now is. The same as `trainer.export(model_dir=...)`
 in Python. `--format=huggingface` writes DIR for
-`transformers.AutoModelForSequenceClassification` and `AutoTokenizer`
+`transformers.AutoModelForSequenceClassification` (a tagging run's for
+`AutoModelForTokenClassification`) and `AutoTokenizer`
 (`trainer.serving.huggingface`; `trainer.export_huggingface(...)`).
 """
 

@@ -1,17 +1,21 @@
-r"""Export a trained classifier in the Hugging Face format.
+r"""Export a trained classifier or tagger in the Hugging Face format.
 
 `export_run(model_dir, output_dir)` (`python -m trainer.export
 --model_dir=RUN --format=huggingface --output_dir=DIR`,
-`trainer.export_huggingface(...)`) rebuilds a run's classifier from its
+`trainer.export_huggingface(...)`) rebuilds a run's model from its
 folder, as the SavedModel export does, and writes DIR:
 
-    config.json              BertForSequenceClassification: sizes,
-                             id2label/label2id, problem_type
-    model.safetensors        encoder, pooler and the fine-tuned head
+    config.json              BertForSequenceClassification (a tagging
+                             run: BertForTokenClassification): sizes,
+                             id2label/label2id (the tags, in the run's
+                             order), problem_type for a classifier
+    model.safetensors        encoder, pooler (a classifier's: a tagger
+                             has none) and the fine-tuned head
     vocab.txt, tokenizer.json, tokenizer_config.json,
     special_tokens_map.json  the run's preprocessing, as `tokenizers` data
 
-so that `AutoModelForSequenceClassification.from_pretrained(DIR)` and
+so that `AutoModelForSequenceClassification.from_pretrained(DIR)`
+(`AutoModelForTokenClassification` for a tagger) and
 `AutoTokenizer.from_pretrained(DIR)` load it offline with no code of this
 project. tokenizer.json spells out this trainer's text path (HTML entities,
 whitespace and control characters, lower-casing, accents, the word split of
@@ -49,13 +53,23 @@ from trainer.serving import hf_tokenizer
 ExportError = errors.ExportError
 
 
-def hf_tensors(encoder, kernel, bias):
-  """The BertForSequenceClassification state dict of `bert.BertEncoder`
-  `encoder` (named by `hf_names.bert_tensor_names`) under the head
-  (`kernel` [hidden, classes], `bias` [classes]): {name: float32
-  np.ndarray}."""
+def architecture(task):
+  """The transformers class of Task `task`'s model: a head over the
+  pooler's output, or over every token's (tagging)."""
+  return ("BertForTokenClassification"
+          if task.tagging else "BertForSequenceClassification")
+
+
+def hf_tensors(encoder, kernel, bias, pooler=True):
+  """The state dict of `bert.BertEncoder` `encoder` (named by
+  `hf_names.bert_tensor_names`) under the head (`kernel` [hidden,
+  classes], `bias` [classes]): {name: float32 np.ndarray}. Without
+  `pooler` (BertForTokenClassification has none) the pooler's tensors are
+  left out."""
   out = {}
   for name, variable, transposed in hf_names.bert_tensor_names(encoder):
+    if not pooler and name.startswith(hf_names.POOLER):
+      continue
     value = variable.numpy()
     out["bert." + name] = value.T if transposed else value
   out["classifier.weight"] = np.asarray(kernel).T
@@ -64,11 +78,12 @@ def hf_tensors(encoder, kernel, bias):
 
 
 def hf_config(config, task, pad_id, classifier_dropout):
-  """config.json of a BertForSequenceClassification of `bert.BertConfig`
-  `config` for Task `task`."""
+  """config.json of the model of Task `task` (`architecture`) over
+  `bert.BertConfig` `config`: its labels the task's classes (a tagger's
+  tags), in their order."""
   names = list(task.class_names)
-  return dict(
-      architectures=["BertForSequenceClassification"],
+  out = dict(
+      architectures=[architecture(task)],
       model_type="bert",
       vocab_size=config.vocab_size,
       hidden_size=config.hidden_size,
@@ -91,9 +106,11 @@ def hf_config(config, task, pad_id, classifier_dropout):
       label2id={
           n: i for i, n in enumerate(names)
       },
-      problem_type="regression"
-      if task.regression else "single_label_classification",
       dtype="float32")
+  if not task.tagging:  # a token classifier's loss is always per token
+    out["problem_type"] = ("regression" if task.regression else
+                           "single_label_classification")
+  return out
 
 
 def garden_encoder(loaded, handle):
@@ -131,7 +148,11 @@ def _files(c, task, encoder, model, preprocessor):
   out = hf_tokenizer.files(preprocessor, c.preprocessor_handle, c.seq_length)
   out["README.md"] = model_card(task, c.seq_length).encode("utf-8")
   out["model.safetensors"] = hf_names.safetensors_bytes(
-      hf_tensors(encoder, model.kernel.numpy(), model.bias.numpy()))
+      hf_tensors(
+          encoder,
+          model.kernel.numpy(),
+          model.bias.numpy(),
+          pooler=not task.tagging))
   pad = preprocessing.special_tokens(preprocessor)["padding_id"]
   # Last: a folder is a model once config.json is there.
   out["config.json"] = as_json(
@@ -150,6 +171,8 @@ PAIR_CAVEAT = (
 def model_card(task, seq_length):
   """README.md of the folder: how to score as in training (transformers
   truncates only when asked) and the known differences that apply."""
+  if task.tagging:
+    return _tagging_card(seq_length)
   call = ('classify(("first text", "second text"))'
           if task.pairs else 'classify("what a day")')
   lines = [
@@ -164,6 +187,34 @@ def model_card(task, seq_length):
   if task.pairs:
     lines += [f"Known difference on {PAIR_CAVEAT}.", ""]
   return "\n".join(lines)
+
+
+def _tagging_card(seq_length):
+  """README.md of a tagger's folder: words in, each word's tag read on its
+  first piece, as the trainer trained and scored it."""
+  return "\n".join([
+      "# Fine-tuned with bert-tpu-trainer", "",
+      "Tags each word of a sentence (IOB2, `id2label`) on the word's first "
+      "word piece, as the trainer trained and scored it. Give the words "
+      "(`is_split_into_words=True`) and read each word's first piece:", "",
+      "```python", "import torch",
+      "from transformers import AutoModelForTokenClassification, "
+      "AutoTokenizer", 'tok = AutoTokenizer.from_pretrained("THIS_FOLDER")',
+      "model = AutoModelForTokenClassification.from_pretrained("
+      '"THIS_FOLDER").eval()', 'words = ["EU", "rejects", "German", "call"]',
+      'enc = tok(words, is_split_into_words=True, return_tensors="pt")',
+      "with torch.no_grad():",
+      "  best = model(**enc).logits[0].argmax(-1).tolist()", "tags = {}",
+      "for piece, word in enumerate(enc.word_ids()):",
+      "  if word is not None and word not in tags:",
+      "    tags[word] = model.config.id2label[best[piece]]", "```", "",
+      f"Trained on sentences of up to {seq_length} pieces (whole words); "
+      "the trainer scores a longer sentence in windows of whole words, "
+      "transformers in one pass up to the model's position limit "
+      "(`truncation=True` cuts it at that many pieces instead). A word "
+      "that is only control characters has no piece in transformers (no "
+      "tag); the trainer tags it on `[UNK]`.", ""
+  ])
 
 
 def _check_target(output_dir):
@@ -211,7 +262,8 @@ def export_run(model_dir,
       checkpoint_dir=checkpoint_dir,
       demo_cache_dir=c.demo_cache_dir
       if demo_cache_dir is None else demo_cache_dir)
-  if c.pooling != "cls":
+  task = tasks.resolve(c)
+  if not task.tagging and c.pooling != "cls":
     raise ExportError(
         f"the run was trained with --pooling={c.pooling}; "
         "BertForSequenceClassification classifies the pooler's output "
@@ -219,15 +271,20 @@ def export_run(model_dir,
         "export")
   preprocessor, model, path, step = run_folder.load_classifier(c, checkpoint)
   encoder = bert_encoder(model.encoder, c.encoder_handle)
-  files = _files(c, tasks.resolve(c), encoder, model, preprocessor)
+  files = _files(c, task, encoder, model, preprocessor)
   write_folder(files, output_dir)
   logging.info("Exported %s (step %d) to %s in the Hugging Face format", path,
                step, output_dir)
-  logging.info(
-      "Score as in training with truncation=True (texts cut to %d tokens): "
-      "pipeline('text-classification', model=%r, truncation=True)",
-      c.seq_length, output_dir)
-  if tasks.resolve(c).pairs:
+  if task.tagging:
+    logging.info(
+        "Tag as in training: words in (is_split_into_words=True), each "
+        "word's tag on its first piece (README.md in %s)", output_dir)
+  else:
+    logging.info(
+        "Score as in training with truncation=True (texts cut to %d "
+        "tokens): pipeline('text-classification', model=%r, "
+        "truncation=True)", c.seq_length, output_dir)
+  if task.pairs:
     logging.warning("Hugging Face export: %s (README.md in %s)", PAIR_CAVEAT,
                     output_dir)
   return output_dir
