@@ -16,8 +16,9 @@ uninterrupted run. Prints a table and `K/K identical` (or what differed).
 
 `--task=tagging` runs a tagging run instead (the same flags, the per-token
 head and loss): on the first `--sentences` sentences of --conll
-(../shared/data/conll2003/train.txt), validation carved from them, in the
-trainer's default layout (shared rows: a sentence of CoNLL is short).
+(../shared/data/conll2003/train.txt), validation carved from them, at
+--seq_length=64 in the trainer's default layout (shared rows: a CoNLL
+sentence is short).
 `--encoder_handle` and `--preprocessor_handle` replace the demo encoder
 (e.g. the converted all-MiniLM-L6-v2 under models/).
 """
@@ -45,19 +46,21 @@ def _command(model_dir,
              precision="float32",
              shared_rows="",
              extra=()):
-  """The run's command line; `extra`: flags added (the tagging run's data,
-  another encoder)."""
+  """The run's command line; `extra`: flags added or replaced (the tagging
+  run's data and --seq_length, another encoder)."""
   cmd = [
       sys.executable, "-m", "trainer.main", f"--model_dir={model_dir}",
       "--deterministic", f"--train_steps={steps}", "--batch_size=16",
-      f"--grad_accumulation_steps={accumulation}", "--seq_length=32",
-      f"--precision={precision}", "--steps_per_loop=4", "--checkpoint_every=4",
-      "--eval_every=0", "--export=false", "--keep_checkpoints=2"
+      f"--grad_accumulation_steps={accumulation}", f"--precision={precision}",
+      "--steps_per_loop=4", "--checkpoint_every=4", "--eval_every=0",
+      "--export=false", "--keep_checkpoints=2"
   ]
   if shared_rows:
     cmd.append(f"--shared_rows={shared_rows}")
   if demo_cache_dir:
     cmd.append(f"--demo_cache_dir={demo_cache_dir}")
+  if not any(flag.startswith("--seq_length=") for flag in extra):
+    cmd.append("--seq_length=32")
   return cmd + list(extra)
 
 
@@ -86,8 +89,12 @@ def _extra_flags(args, work):
   if args.task == "tagging":
     subset = conll_head(args.conll, args.sentences,
                         os.path.join(work, "conll_head.txt"))
+    # At 64 a row the run shares rows, with the MiniLM's vocabulary (a
+    # CoNLL sentence in about 20 pieces) or the demo's (more, smaller
+    # pieces); at 32, auto keeps one sentence a row.
     extra += [
-        "--task=tagging", f"--train_file={subset}", "--validation_fraction=0.1"
+        "--task=tagging", f"--train_file={subset}", "--validation_fraction=0.1",
+        "--seq_length=64"
     ]
   for flag in ("encoder_handle", "preprocessor_handle"):
     if getattr(args, flag):
