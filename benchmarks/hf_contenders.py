@@ -23,7 +23,15 @@ Each trains the race's encoder shape from random weights (the trainer's
 minilm contenders do too), on the texts the trainer contenders train on
 (`contenders.write_train_texts`), tokenized up front as HF users do with
 `datasets.map`, by a BertTokenizerFast over the trainer's vocab file
-(lower-cased, truncated at --seq_length; MRPC as pairs). Trainer settings
+(lower-cased, truncated at --seq_length; MRPC as pairs).
+
+`--data=conll2003` tags CoNLL-2003 sentences as Hugging Face's run_ner
+does: BertForTokenClassification (one label per tag), the words of each
+sentence tokenized together (`is_split_into_words`), each word's tag on its
+first piece and -100 on the others, batches made by
+`DataCollatorForTokenClassification` (labels padded with -100). At size
+minilm it loads the Hugging Face checkpoint that the trainer's converted
+all-MiniLM-L6-v2 came from (the same weights, the head random). Trainer settings
 besides its defaults: the race's batch, the trainer's weight decay (0.01,
 not on LayerNorm or biases), dataloader_drop_last (every timed step holds
 --batch_size examples), no logging, checkpoints or progress bar. Torch
@@ -91,14 +99,23 @@ def bert_config(config, num_labels=2):
       num_labels=num_labels)
 
 
+def read_texts(texts_file):
+  """The rows `contenders.write_train_texts` wrote (its JSON)."""
+  with open(texts_file, encoding="utf-8") as f:
+    return json.load(f)
+
+
 def tokenized(texts_file, vocab, seq_length):
   """The training rows as the Trainer's dataset: one dict of token lists
   (`input_ids`, `token_type_ids`, `attention_mask`) and `labels` a row,
-  unpadded, truncated at `seq_length` (a pair: longest first)."""
+  unpadded, truncated at `seq_length` (a pair: longest first); tagged
+  sentences as `tokenized_words` makes them."""
   import transformers  # pylint: disable=g-import-not-at-top
-  with open(texts_file, encoding="utf-8") as f:
-    data = json.load(f)
+  data = read_texts(texts_file)
   tokenizer = wordpiece_tokenizer(transformers, vocab)
+  if data.get("task") == "tagging":
+    return tokenizer, tokenized_words(tokenizer, data["texts"], data["labels"],
+                                      seq_length)
   texts = data["texts"]
   if texts and isinstance(texts[0], list):
     encoded = tokenizer([a for a, _ in texts], [b for _, b in texts],
@@ -110,6 +127,37 @@ def tokenized(texts_file, vocab, seq_length):
   for row, label in zip(rows, data["labels"]):
     row["labels"] = label
   return tokenizer, rows
+
+
+def tokenized_words(tokenizer, sentences, tags, seq_length):
+  """Tagged sentences as run_ner tokenizes them: the words of each
+  (`is_split_into_words`) cut into pieces, truncated at `seq_length`
+  tokens, and per token `labels` (a list) its word's tag on the word's
+  first piece and -100 (ignored by the loss) on its other pieces, [CLS]
+  and [SEP].
+
+  Args:
+    tokenizer: a fast tokenizer (its `word_ids`).
+    sentences: a list of sentences, each a list of words.
+    tags: a list of each sentence's tag ids, one a word.
+    seq_length: tokens per row at most, [CLS] and [SEP] included.
+  """
+  encoded = tokenizer(
+      sentences,
+      is_split_into_words=True,
+      truncation=True,
+      max_length=seq_length)
+  rows = []
+  for i, sentence_tags in enumerate(tags):
+    row = {key: encoded[key][i] for key in encoded.keys()}
+    labels, previous = [], None
+    for word in encoded.word_ids(i):
+      first = word is not None and word != previous
+      labels.append(sentence_tags[word] if first else -100)
+      previous = word
+    row["labels"] = labels
+    rows.append(row)
+  return rows
 
 
 def wordpiece_tokenizer(transformers, vocab):
@@ -170,9 +218,26 @@ def _pacer(callback_base, collator):
   return Pacer()
 
 
+def _model(transformers, paths, tag_names):
+  """BertForSequenceClassification of the race's encoder shape, random
+  weights; for tagging (`tag_names`) BertForTokenClassification, from the
+  Hugging Face checkpoint the trainer's encoder was converted from where
+  the race names one (`paths["hf_model"]`: the same weights; the head
+  random, as the trainer's), else random too."""
+  if not tag_names:
+    return transformers.BertForSequenceClassification(
+        bert_config(paths["config"]))
+  if paths.get("hf_model"):
+    return transformers.BertForTokenClassification.from_pretrained(
+        paths["hf_model"], num_labels=len(tag_names))
+  return transformers.BertForTokenClassification(
+      bert_config(paths["config"], len(tag_names)))
+
+
 class HfTrainerContender:
-  """`transformers.Trainer` training BertForSequenceClassification, timed
-  in chunks of its own loop (see the module docstring).
+  """`transformers.Trainer` training BertForSequenceClassification (or
+  for tagging BertForTokenClassification), timed in chunks of its own loop
+  (see the module docstring).
 
   Like the trainer's contenders, its chunks together cover
   `--epoch_fraction` of an epoch, in the epoch's order: a dynamic batch
@@ -189,14 +254,18 @@ class HfTrainerContender:
     self.threads = os.cpu_count()
     torch.set_num_threads(self.threads)
     tokenizer, rows = tokenized(paths["texts"], paths["vocab"], args.seq_length)
-    collate = transformers.DataCollatorWithPadding(
+    tag_names = read_texts(paths["texts"]).get("tag_names")
+    # Tagging pads its per-token labels with -100 too (run_ner's collator).
+    collator_class = (
+        transformers.DataCollatorForTokenClassification
+        if tag_names else transformers.DataCollatorWithPadding)
+    collate = collator_class(
         tokenizer,
         padding=padding,
         max_length=args.seq_length if padding == "max_length" else None)
     self.collator = _CountingCollator(collate)
     torch.manual_seed(0)
-    model = transformers.BertForSequenceClassification(
-        bert_config(paths["config"]))
+    model = _model(transformers, paths, tag_names)
     sampling = {}
     if group_by_length:
       # transformers 5 names the sampler; 4.x has the boolean.

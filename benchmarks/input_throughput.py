@@ -1,7 +1,8 @@
-r"""Host input throughput: tweets/second through read, clean, tokenize, pack.
+r"""Host input throughput: examples/second through read, clean, tokenize, pack.
 
     python benchmarks/input_throughput.py [--csv=PATH] [--seq_length=128] \
-        [--layouts=fixed,shared_rows]
+        [--layouts=fixed,shared_rows] [--tasks=classification,tagging] \
+        [--preprocessor_handle=PATH]
 
 Runs the trainer's own training input pipeline (`input_pipeline.
 train_groups` over a `FileSource`, the demo preprocessor unless
@@ -13,6 +14,16 @@ batches, laid out by first-fit decreasing on the host), and prints a
 markdown table with each layout's rate against fixed shapes'. The data is
 ../shared/data/sentiment140_sample.csv when present, else a generated file
 in the same layout.
+
+`--tasks` names the streams measured: `classification` (tweets, above)
+and `tagging` (the sentences of --conll, ../shared/data/conll2003/train.txt
+by default, through the tagging stream as a tagging run builds it: words
+to pieces, each word's tag on its first piece, `word_pieces.tagged`, then
+the same rows). Both in one run alternate, and the table gives each
+tagging rate against the classification stream's of the same layout and
+cores (`vs classification`): sentences/s over tweets/s, with one
+preprocessor for both (give the MiniLM's to compare what a MiniLM run
+reads).
 """
 
 import argparse
@@ -27,6 +38,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(
     os.path.dirname(ROOT), "shared", "data", "sentiment140_sample.csv")
+CONLL = os.path.join(
+    os.path.dirname(ROOT), "shared", "data", "conll2003", "train.txt")
+TASKS = ("classification", "tagging")
 
 
 def generated_csv(path, rows=20_000):
@@ -48,22 +62,26 @@ def generated_csv(path, rows=20_000):
   return path
 
 
-def pinned_rates(csv_path,
+def pinned_rates(data_path,
                  preprocessor_handle,
                  seq_length,
                  batch_size,
                  batches,
-                 layout="fixed"):
-  """{cores: tweets/second}, each measured by a fresh process of this
-  script pinned (`taskset`) to 1 core, then to 2."""
+                 layout="fixed",
+                 task="classification"):
+  """{cores: examples/second}, each measured by a fresh process of this
+  script pinned (`taskset`) to 1 core, then to 2. `data_path`: the tweets
+  CSV (classification) or the CoNLL file (tagging)."""
+  data = f"--conll={data_path}" if task == "tagging" else f"--csv={data_path}"
   rates = {}
   for cores in ("0", "0,1"):
     cmd = [
         "taskset", "-c", cores, sys.executable,
-        os.path.abspath(__file__), f"--csv={csv_path}",
+        os.path.abspath(__file__), data,
         f"--preprocessor_handle={preprocessor_handle}",
         f"--seq_length={seq_length}", f"--batch_size={batch_size}",
-        f"--batches={batches}", f"--cores={cores}", f"--layouts={layout}"
+        f"--batches={batches}", f"--cores={cores}", f"--layouts={layout}",
+        f"--tasks={task}"
     ]
     out = subprocess.run(
         cmd,
@@ -72,41 +90,60 @@ def pinned_rates(csv_path,
         check=True,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     rates[len(cores.split(","))] = json.loads(
-        out.stdout.strip().splitlines()[-1])["tweets_per_second"]
+        out.stdout.strip().splitlines()[-1])["examples_per_second"]
   return rates
 
 
-def measure(csv_path,
+def _stream(task, data_path, preprocessor, seq_length):
+  """(the training split, its examples' encoding) of `task`: the tweets of
+  a CSV, packed as classification packs them, or the tagged sentences of a
+  CoNLL file (its tag set read from it, as a tagging run reads it), each
+  word's pieces and tags as tagging packs them."""
+  # pylint: disable=g-import-not-at-top
+  from trainer.data import input_pipeline
+  from trainer.data import preprocessing
+  from trainer.data import sources
+  from trainer.data import splits
+  from trainer.data import tagged_sources
+  from trainer.data import word_pieces
+  from trainer.foundation import tasks
+  # pylint: enable=g-import-not-at-top
+  if task == "tagging":
+    tag_set = tagged_sources.read_tag_set(tagged_sources.FileSource(data_path))
+    split = splits.Split("train", tagged_sources.FileSource(data_path, tag_set))
+    return split, word_pieces.tagged(preprocessor, seq_length)
+  split = splits.Split(
+      "train", sources.FileSource(data_path, tasks.SENTIMENT140_LABEL_MAP))
+  return split, input_pipeline.labelled(
+      preprocessing.make_packer(preprocessor, seq_length))
+
+
+def measure(data_path,
             preprocessor_handle,
             seq_length,
             batch_size,
             batches,
-            layout="fixed"):
-  """Tweets/second of the training stream's groups (`layout`: "fixed" or
-  "shared_rows", the row counts auto chooses for the file), after a
-  warm-up; `batches` batches timed."""
+            layout="fixed",
+            task="classification"):
+  """Examples/second of the training stream's groups (`layout`: "fixed"
+  or "shared_rows", the row counts auto chooses for the file; `task`:
+  "classification" over the tweets CSV `data_path`, or "tagging" over the
+  CoNLL file `data_path`), after a warm-up; `batches` batches timed."""
   sys.path.insert(0, ROOT)
   # Imported here so the parent process (which only spawns) stays light.
-  from trainer.foundation import tasks  # pylint: disable=g-import-not-at-top
   from trainer.encoders import demo  # pylint: disable=g-import-not-at-top
   from trainer.data import input_pipeline  # pylint: disable=g-import-not-at-top
   from trainer.data import row_layout  # pylint: disable=g-import-not-at-top
   from trainer.encoders import handles  # pylint: disable=g-import-not-at-top
-  from trainer.data import preprocessing  # pylint: disable=g-import-not-at-top
-  from trainer.data import sources  # pylint: disable=g-import-not-at-top
-  from trainer.data import splits  # pylint: disable=g-import-not-at-top
   from trainer.foundation import layout as layout_lib  # noqa: E501  pylint: disable=g-import-not-at-top
   from trainer.foundation import shared_rows  # noqa: E501  pylint: disable=g-import-not-at-top
   if preprocessor_handle == "demo":
     preprocessor_handle = demo.ensure_assets()["preprocessor"]
   preprocessor = handles.load_handle(preprocessor_handle, "preprocessor_handle")
-  packer = input_pipeline.labelled(
-      preprocessing.make_packer(preprocessor, seq_length))
-  split = splits.Split(
-      "train", sources.FileSource(csv_path, tasks.SENTIMENT140_LABEL_MAP))
+  split, encode = _stream(task, data_path, preprocessor, seq_length)
   rows = None
   if layout == "shared_rows":
-    histogram = input_pipeline.length_histogram(split, packer, seq_length)
+    histogram = input_pipeline.length_histogram(split, encode, seq_length)
     rows = shared_rows.choose(histogram, batch_size)
   shape = layout_lib.Layout(
       seq_length=seq_length,
@@ -115,7 +152,7 @@ def measure(csv_path,
       ladder=rows,
       train_group=GROUP)
   ds = input_pipeline.train_groups(
-      split, packer, shape, 10**6, read_stripes=16, shuffle_buffer=10_000)
+      split, encode, shape, 10**6, read_stripes=16, shuffle_buffer=10_000)
   it = iter(ds)
   # Warm-up (tracing, the stripe scan, the first window, the first block of
   # shared rows): a block's worth of batches, as both layouts see it.
@@ -136,6 +173,8 @@ GROUP = 8
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--csv", default="")
+  parser.add_argument(
+      "--conll", default=CONLL, help="the tagging stream's CoNLL file")
   parser.add_argument("--preprocessor_handle", default="demo")
   parser.add_argument("--seq_length", type=int, default=128)
   parser.add_argument("--batch_size", type=int, default=32)
@@ -150,49 +189,80 @@ def main():
       "--repeats",
       type=int,
       default=3,
-      help="measurements of each layout and core count, alternating "
-      "layouts; the table shows their median")
+      help="measurements of each stream, layout and core count, "
+      "alternating; the table shows their median")
   parser.add_argument("--cores", default="", help="internal: run pinned")
   parser.add_argument(
       "--layouts",
       default="fixed,shared_rows",
       help="comma list of fixed, shared_rows")
+  parser.add_argument(
+      "--tasks",
+      default="classification",
+      help="comma list of the streams measured: classification (tweets), "
+      "tagging (CoNLL sentences)")
   parser.add_argument("--output", default="")
   args = parser.parse_args()
+  names = args.tasks.split(",")
+  unknown = [name for name in names if name not in TASKS]
+  if unknown:
+    parser.error(f"--tasks={args.tasks}: {', '.join(unknown)} is not one of "
+                 f"{', '.join(TASKS)}")
   csv_path = args.csv or (SHARED if os.path.exists(SHARED) else "")
-  if not csv_path:
+  if not csv_path and "classification" in names:
     csv_path = generated_csv(os.path.join(tempfile.mkdtemp(), "gen.csv"))
+  data = dict(classification=csv_path, tagging=args.conll)
   if args.cores:
-    rate = measure(csv_path, args.preprocessor_handle, args.seq_length,
-                   args.batch_size, args.batches, args.layouts)
-    print(json.dumps(dict(cores=args.cores, tweets_per_second=rate)))
+    rate = measure(data[names[0]], args.preprocessor_handle, args.seq_length,
+                   args.batch_size, args.batches, args.layouts, names[0])
+    print(json.dumps(dict(cores=args.cores, examples_per_second=rate)))
     return
   layouts = args.layouts.split(",")
-  runs = {layout: [] for layout in layouts}
+  runs = {task: {layout: [] for layout in layouts} for task in names}
   for _ in range(args.repeats):
-    for layout in layouts:
-      runs[layout].append(
-          pinned_rates(csv_path, args.preprocessor_handle, args.seq_length,
-                       args.batch_size, args.batches, layout))
+    for task in names:
+      for layout in layouts:
+        runs[task][layout].append(
+            pinned_rates(data[task], args.preprocessor_handle, args.seq_length,
+                         args.batch_size, args.batches, layout, task))
   rates = {
-      layout: {
-          n: statistics.median(r[n] for r in measured) for n in measured[0]
-      } for layout, measured in runs.items()
+      task: {
+          layout: {
+              n: statistics.median(r[n] for r in measured) for n in measured[0]
+          } for layout, measured in by_layout.items()
+      } for task, by_layout in runs.items()
   }
-  print(f"data: {csv_path}; seq_length {args.seq_length}, batch "
-        f"{args.batch_size}, preprocessor {args.preprocessor_handle}; median "
-        f"of {args.repeats} runs of {args.batches} batches\n")
-  print("| layout | cores | tweets/second | vs 1 core | vs fixed |")
-  print("| --- | --- | --- | --- | --- |")
-  for layout, by_cores in rates.items():
-    for n, rate in by_cores.items():
-      fixed = rates.get("fixed", {}).get(n)
-      vs = f"{rate / fixed:.2f}x" if fixed else "-"
-      print(f"| {layout} | {n} | {rate:,.0f} | {rate / by_cores[1]:.2f}x | "
-            f"{vs} |")
+  print(f"data: {', '.join(f'{task} {data[task]}' for task in names)}; "
+        f"seq_length {args.seq_length}, batch {args.batch_size}, "
+        f"preprocessor {args.preprocessor_handle}; median of {args.repeats} "
+        f"runs of {args.batches} batches\n")
+  print(table(rates))
   if args.output:
     with open(args.output, "w") as f:
       json.dump(dict(median=rates, runs=runs), f, indent=2)
+
+
+def table(rates):
+  """The markdown table of `rates` ({task: {layout: {cores: examples/s}}}):
+  each rate against 1 core, fixed shapes, and the classification stream
+  of the same layout and cores (a tagging row, when both ran)."""
+  lines = [
+      "| stream | layout | cores | examples/second | vs 1 core | vs fixed | "
+      "vs classification |", "| --- | --- | --- | --- | --- | --- | --- |"
+  ]
+  unit = dict(classification="tweets", tagging="sentences")
+  for task, by_layout in rates.items():
+    for layout, by_cores in by_layout.items():
+      for n, rate in by_cores.items():
+        fixed = by_layout.get("fixed", {}).get(n)
+        plain = rates.get("classification", {}).get(layout, {}).get(n)
+        vs_fixed = f"{rate / fixed:.2f}x" if fixed else "-"
+        vs_plain = f"{rate / plain:.2f}x" if plain and task != (
+            "classification") else "-"
+        lines.append(f"| {task} ({unit[task]}) | {layout} | {n} | "
+                     f"{rate:,.0f} | {rate / by_cores[1]:.2f}x | {vs_fixed} | "
+                     f"{vs_plain} |")
+  return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -60,6 +60,22 @@ SavedModel; keras-hub and Hugging Face build random weights of its shape.
 encoder) and `minilm` (6 layers, hidden 384, 12 heads, intermediate 1536:
 the all-MiniLM-L6 shape).
 
+`--data=conll2003` races named-entity tagging on CoNLL-2003's train.txt
+(all of it; an example is a sentence):
+
+    python benchmarks/train_throughput.py --data=conll2003 --sizes=minilm \
+        --skip=memory --output=conll.json
+
+At size minilm every contender starts from the real all-MiniLM-L6-v2 (the
+trainer's the converted encoder, `contenders.converted_minilm`; Hugging
+Face's the checkpoint it came from). By default (`contenders.DEFAULTS`)
+it races trainer_best (`--task=tagging`, one sentence a row of
+--seq_length), trainer_shared_rows and its bfloat16 twin (several
+sentences a row), and hf_dynamic and hf_dynamic_bf16: the Trainer on
+BertForTokenClassification with run_ner's recipe (first piece of each word
+labelled, the others -100; DataCollatorForTokenClassification pads each
+batch to its longest). The host input line measures the tagging stream.
+
 The contenders live in benchmarks/contenders.py (the Hugging Face ones in
 benchmarks/hf_contenders.py). Also measured: the float32
 and bfloat16 matmul rates of this machine (model FLOPs utilization, MFU, is
@@ -296,7 +312,17 @@ def race(args, size, paths, contenders):
 
 
 def input_rate(args, paths):
-  """Host pipeline tweets/second on 1 and on 2 cores (pinned processes)."""
+  """Host pipeline examples/second on 1 and on 2 cores (pinned processes):
+  tweets, or for --data=conll2003 CoNLL sentences through the tagging
+  stream."""
+  if args.data == "conll2003":
+    return input_throughput.pinned_rates(
+        contenders.data_path(args),
+        paths["preprocessor"],
+        args.seq_length,
+        128,
+        10 if args.quick else 60,
+        task="tagging")
   return input_throughput.pinned_rates(args.csv, paths["preprocessor"],
                                        args.seq_length, 128,
                                        10 if args.quick else 60)
@@ -349,7 +375,10 @@ def parse_args():
       default="demo,minilm",
       help="encoders to race ('' = only the host input and memory "
       "measurements)")
-  add("--contenders", default=",".join(contenders.CONTENDERS))
+  add("--contenders",
+      default="",
+      help="comma list (default: every contender of --data: "
+      "contenders.DEFAULTS)")
   add("--rounds", type=int, default=5)
   add("--seq_length", type=int, default=128)
   add("--batch_size", type=int, default=32)
@@ -386,9 +415,10 @@ def parse_args():
       "costs; fixed shapes time as many steps)")
   add("--data",
       default="sentiment140",
-      choices=("sentiment140", "mrpc"),
-      help="what the trainer contenders train on: the shared tweets, or "
-      "GLUE MRPC's train.tsv pairs (trainer contenders only)")
+      choices=tuple(contenders.DEFAULTS),
+      help="what the contenders train on: the shared tweets, GLUE MRPC's "
+      "train.tsv pairs, or CoNLL-2003's train.txt tagged (trainer and "
+      "Hugging Face contenders only)")
   for internal in ("--steps", "--worker", "--paths", "--measure_rss"):
     add(internal, default="", help="internal")
   return parser.parse_args()
@@ -429,7 +459,7 @@ def race_sizes(args, sizes, workdir, results):
     # The Hugging Face workers read them without TensorFlow.
     texts = dict(texts=contenders.write_train_texts(workdir, args))
   for size in sizes:
-    paths = dict(contenders.build_assets(workdir, size), **texts)
+    paths = dict(contenders.build_assets(workdir, size, args.data), **texts)
     raced = race(args, size, paths, names)
     add_figures(results, size, raced, paths["config"], args.seq_length,
                 args.batch_size)
@@ -542,7 +572,7 @@ def matmul_rate(results, contender):
 
 def measure_host_input(args, sizes, workdir, results):
   size = "minilm" if "minilm" in sizes or not sizes else "demo"
-  in_rates = input_rate(args, contenders.build_assets(workdir, size))
+  in_rates = input_rate(args, contenders.build_assets(workdir, size, args.data))
   results["host_input_tweets_per_second"] = in_rates
   consumed = results["examples_per_second"].get(
       size, {}).get("trainer_best") or args.train_rate
@@ -584,6 +614,7 @@ def main():
   # --quick (the test's): the first 2,000 tweets, counted in a blink.
   args.csv = args.csv or contenders.text_file(workdir,
                                               2_000 if args.quick else 20_000)
+  args.contenders = args.contenders or ",".join(contenders.DEFAULTS[args.data])
   sizes = _settings(args)
   machine = (f"{platform.node()} {platform.processor() or platform.machine()}"
              f" {os.cpu_count()} cores, Python {platform.python_version()}")
@@ -596,7 +627,8 @@ def main():
           jit_compile=args.jit,
           precision=args.precision,
           rounds=args.rounds,
-          data=contenders.MRPC if args.data == "mrpc" else args.csv),
+          data=contenders.data_path(args),
+          task="tagging" if args.data == "conll2003" else "classification"),
       matmul_flops(1.0 if args.quick else 8.0),
       matmul_flops(1.0 if args.quick else 8.0, "bfloat16"))
   race_sizes(args, sizes, workdir, results)
@@ -617,7 +649,9 @@ def report(results):
   print(f"matmul: float32 {results['matmul_flops_per_second'] / 1e9:.1f} "
         "GFLOP/s, bfloat16 "
         f"{results['bfloat16_matmul_flops_per_second'] / 1e9:.1f} GFLOP/s\n")
-  print("| encoder | contender | precision | examples/s | vs trainer_best | "
+  # A tagging race's examples are sentences.
+  examples = "sentences" if s.get("task") == "tagging" else "examples"
+  print(f"| encoder | contender | precision | {examples}/s | vs trainer_best | "
         "real tokens/s | padding | MFU (of its precision's matmul rate) |")
   print("| --- | --- | --- | --- | --- | --- | --- | --- |")
   for size, rates in results["examples_per_second"].items():
@@ -670,7 +704,8 @@ def report(results):
   if "host_input_ratio" in results:
     r = results["host_input_ratio"]
     rates = results["host_input_tweets_per_second"]
-    print(f"host input: {rates[1]:.0f} tweets/s on 1 core, {rates[2]:.0f} on "
+    unit = "sentences" if s.get("task") == "tagging" else "tweets"
+    print(f"host input: {rates[1]:.0f} {unit}/s on 1 core, {rates[2]:.0f} on "
           f"2 = {r['per_core']:.1f}x / {r['all_cores']:.1f}x what the "
           f"{r['encoder']} train step consumes")
   if "peak_rss_mib" in results:

@@ -349,6 +349,48 @@ def test_hugging_face_contenders_tokenize_as_the_trainer(demo_paths, tmp_path):
       assert [len(row["input_ids"]) for row in rows] == [12, 13, seq]
 
 
+def test_hugging_face_tagging_rows_label_the_trainers_first_pieces(
+    demo_paths, tmp_path):
+  """run_ner's rows (`hf_contenders.tokenized_words`) against the trainer's
+  tagging encoding over the same vocab file: the same ids, and a tag
+  exactly where the trainer weighs a piece (a word's first), -100 where it
+  does not; a sentence longer than the row is truncated at --seq_length."""
+  pytest.importorskip(
+      "transformers",
+      reason="transformers is not installed: pip install -e '.[bench]'")
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from trainer.data import word_pieces  # pylint: disable=g-import-not-at-top
+  vocab = os.path.join(demo_paths["preprocessor"], "assets", "vocab.txt")
+  seq = 16
+  sentences = [["An", "AMAZING", "film", ",", "again!"], ["sad", "42"],
+               ["good"] * 20]
+  tags = [[1, 2, 0, 0, 3], [4, 0], [0, 1] * 10]
+  path = tmp_path / "tagged.json"
+  path.write_text(
+      json.dumps(
+          dict(task="tagging", texts=sentences, labels=tags, tag_names=[])))
+  _, rows = hf_contenders.tokenized(str(path), vocab, seq)
+  encode = word_pieces.tagged(
+      tf.saved_model.load(demo_paths["preprocessor"]), seq)
+  want = encode(
+      tf.constant([" ".join(words) for words in sentences]),
+      dict(
+          tags=tf.constant([" ".join(map(str, t)) for t in tags]),
+          index=tf.range(3, dtype=tf.int64)))
+  for i, row in enumerate(rows[:2]):
+    length = want["input_mask"][i].numpy().sum()
+    assert row["input_ids"] == want["input_word_ids"][i][:length].numpy(
+    ).tolist()
+    weighted = want["weight"][i][:length].numpy() > 0
+    labels = want["label"][i][:length].numpy()
+    assert row["labels"] == [
+        int(label) if w else -100 for label, w in zip(labels, weighted)
+    ]
+  labelled = [sum(label != -100 for label in row["labels"]) for row in rows]
+  assert labelled == [5, 2, seq - 2]
+  assert len(rows[2]["input_ids"]) == seq
+
+
 def test_profile_ops_without_a_trace_is_a_clear_error(tmp_path, capsys):
   with pytest.raises(SystemExit) as info:
     profile_ops.main([f"--logdir={tmp_path}"])

@@ -20,6 +20,7 @@ from conftest import ROOT
 from conftest import run_module
 from conftest import run_process
 from conftest import tiny_config
+from benchmarks import kill_resume
 from trainer.commands import cli
 from trainer.foundation import config as config_lib
 from trainer.foundation import errors
@@ -628,6 +629,47 @@ def test_a_shared_rows_resume_with_other_steps_per_loop_is_bit_identical(
   # the demo's reviews need 3 to 6 rows, so the 2 is never enough.
   steps = whole["bucket_steps/.ATTRIBUTES/VARIABLE_VALUE"]
   assert steps.sum() == 14 and steps[1] and steps[2] and not steps[0]
+
+
+@pytest.mark.slow
+def test_a_tagging_resume_in_shared_rows_is_bit_identical(tmp_path, demo_paths):
+  """A tagging run on the first 200 sentences of CoNLL-2003's train.txt
+  (as benchmarks/kill_resume.py --task=tagging writes them) in shared rows
+  of 12 (two traced shapes: 12 rows, or 16 when a batch needs more):
+  stopped after step 7 of loops of 2, resumed with loops of 10, every
+  tensor (the per-token head, the encoder, the optimizer, the data
+  position) equals the uninterrupted run's."""
+  if not os.path.exists(kill_resume.CONLL):
+    pytest.skip(f"{kill_resume.CONLL} is absent (../shared/data/conll2003)")
+  subset = kill_resume.conll_head(kill_resume.CONLL, 200,
+                                  str(tmp_path / "conll_head.txt"))
+  common = dict(
+      task="tagging",
+      train_file=subset,
+      validation_fraction=0.1,
+      eval_metrics="",
+      seq_length=64,
+      train_steps=10,
+      checkpoint_every=5,
+      eval_every=0,
+      deterministic=True,
+      seq_buckets="none",
+      shared_rows="12")
+  whole, record = _train_until(
+      _config(tmp_path / "whole", demo_paths, steps_per_loop=2, **common))
+  assert record["task"]["kind"] == "tagging" and record["shared_rows"] == [12]
+  split = _config(tmp_path / "split", demo_paths, steps_per_loop=2, **common)
+  _train_until(split, stop_after=7)
+  saved = tf.train.get_checkpoint_state(split.model_dir + "/checkpoints")
+  assert saved.model_checkpoint_path.endswith("ckpt-7")
+  resumed, _ = _train_until(dataclasses.replace(split, steps_per_loop=10))
+  different = [k for k in whole if not np.array_equal(whole[k], resumed[k])]
+  assert len(whole) > 100 and sorted(whole) == sorted(resumed)
+  assert not different
+  # The demo's small vocabulary cuts CoNLL's words into many pieces (auto
+  # would choose 12 to 15 rows of 64): a batch often fits in 12.
+  steps = whole["bucket_steps/.ATTRIBUTES/VARIABLE_VALUE"]
+  assert steps.sum() == 10 and steps[0]
 
 
 def test_the_bucket_group_flag_is_the_runs_group(tmp_path, demo_paths):
