@@ -33,7 +33,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from trainer.evaluation import tagging  # pylint: disable=g-import-not-at-top
+from benchmarks import hf_contenders  # noqa: E402
+from trainer.evaluation import tagging  # noqa: E402
 
 
 def read_conll(path):
@@ -61,28 +62,16 @@ def hf_model_dir():
 
 
 def encode(tokenizer, sentences, label_ids, seq_length):
-  """run_ner's `tokenize_and_align_labels`: rows of token lists, the
-  word's tag id on its first piece, -100 elsewhere; and per row the index
-  of each word's first piece (None for a word truncated away)."""
-  encoded = tokenizer([w for w, _ in sentences],
-                      is_split_into_words=True,
-                      truncation=True,
-                      max_length=seq_length)
-  rows, firsts = [], []
-  for i, (words, tags) in enumerate(sentences):
-    word_ids = encoded.word_ids(i)
-    labels, first, previous = [], [None] * len(words), None
-    for position, word in enumerate(word_ids):
-      if word is not None and word != previous:
-        labels.append(label_ids[tags[word]])
-        first[word] = position
-      else:
-        labels.append(-100)
-      previous = word
-    row = {key: encoded[key][i] for key in encoded.keys()}
-    row["labels"] = labels
-    rows.append(row)
-    firsts.append(first)
+  """run_ner's rows (`hf_contenders.tokenized_words`: the word's tag id on
+  its first piece, -100 elsewhere) and per row each word's first piece
+  (None for a word truncated away)."""
+  rows = hf_contenders.tokenized_words(
+      tokenizer, [w for w, _ in sentences],
+      [[label_ids[t] for t in tags] for _, tags in sentences], seq_length)
+  firsts = []
+  for row, (words, _) in zip(rows, sentences):
+    first = [i for i, label in enumerate(row["labels"]) if label != -100]
+    firsts.append(first + [None] * (len(words) - len(first)))
   return rows, firsts
 
 
@@ -121,8 +110,7 @@ def run_seed(args, seed, train, dev, names):
       model=model,
       args=training,
       train_dataset=train_rows,
-      data_collator=transformers.DataCollatorForTokenClassification(
-          tokenizer),
+      data_collator=transformers.DataCollatorForTokenClassification(tokenizer),
   )
   start = time.time()
   trainer.train()
@@ -142,22 +130,25 @@ def run_seed(args, seed, train, dev, names):
     gold.append(tags)
   scores = tagging.tagging_metrics(gold, predicted)
   del scores["per_type"]
-  return dict(seed=seed,
-              train_seconds=round(train_seconds, 1),
-              dev_words_cut=cut,
-              torch=torch.__version__,
-              transformers=transformers.__version__,
-              **scores)
+  return dict(
+      seed=seed,
+      train_seconds=round(train_seconds, 1),
+      dev_words_cut=cut,
+      torch=torch.__version__,
+      transformers=transformers.__version__,
+      **scores)
 
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--train_file",
-                      default=os.path.join(ROOT, "..", "shared", "data",
-                                           "conll2003", "train.txt"))
-  parser.add_argument("--eval_file",
-                      default=os.path.join(ROOT, "..", "shared", "data",
-                                           "conll2003", "dev.txt"))
+  parser.add_argument(
+      "--train_file",
+      default=os.path.join(ROOT, "..", "shared", "data", "conll2003",
+                           "train.txt"))
+  parser.add_argument(
+      "--eval_file",
+      default=os.path.join(ROOT, "..", "shared", "data", "conll2003",
+                           "dev.txt"))
   parser.add_argument("--seeds", type=int, default=3)
   parser.add_argument("--first_seed", type=int, default=0)
   parser.add_argument("--epochs", type=float, default=2)
@@ -186,12 +177,14 @@ def main():
     results.append(result)
     print(json.dumps(result), flush=True)
     with open(args.output + ".tmp", "w") as f:
-      json.dump(dict(args=vars(args),
-                     machine=platform.processor() or platform.machine(),
-                     tags=names,
-                     seeds=results),
-                f,
-                indent=1)
+      json.dump(
+          dict(
+              args=vars(args),
+              machine=platform.processor() or platform.machine(),
+              tags=names,
+              seeds=results),
+          f,
+          indent=1)
     os.replace(args.output + ".tmp", args.output)
 
 
