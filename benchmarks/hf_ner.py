@@ -21,6 +21,16 @@ word past --seq_length pieces, which `run_ner` would drop from gold and
 prediction alike, counts as tagged `O`; the count is printed), entity-level
 micro F1 over exact spans by `trainer.evaluation.tagging` (tested equal to
 seqeval). Prints a line a seed and writes every seed's scores to --output.
+
+    python benchmarks/hf_ner.py --report=/tmp/hf_ner.json,/tmp/hf_s1.json \
+        --pair_with=/tmp/conll/sweep.json --row=conll_e2_lr1e4
+
+prints the table of a finished comparison instead: per seed the trainer's
+dev entity F1 (a `recipe_sweep.py` row) beside Hugging Face's, each side's
+mean +- sd, and the paired difference trainer - Hugging Face with its 95%
+interval (`sweep_stats.paired`, pairs by seed number: the two sides draw
+their own initialisation and order from a seed, so the pairs are
+independent draws and the interval is that of two independent samples).
 """
 
 import argparse
@@ -34,6 +44,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks import hf_contenders  # noqa: E402
+from benchmarks import sweep_stats  # noqa: E402
 from trainer.evaluation import tagging  # noqa: E402
 
 
@@ -139,6 +150,41 @@ def run_seed(args, seed, train, dev, names):
       **scores)
 
 
+def report(hf_files, sweep_file, row, metric="f1"):
+  """The paired table of `metric` (x100): the trainer's `row` of a
+  recipe_sweep.json against Hugging Face's seeds in `hf_files`."""
+  hf = {}
+  for path in hf_files:
+    with open(path) as f:
+      for r in json.load(f)["seeds"]:
+        hf[r["seed"]] = 100 * r[metric]
+  with open(sweep_file) as f:
+    runs = json.load(f)["runs"][row]  # {"s<seed>": record}
+  ours = {
+      int(rep.lstrip("s")): 100 * r["metrics"][metric]
+      for rep, r in runs.items()
+      if "metrics" in r
+  }
+  lines = [
+      f"| seed | trainer {metric} | Hugging Face {metric} | difference |",
+      "| --- | --- | --- | --- |"
+  ]
+  for seed in sorted(set(ours) | set(hf)):
+    a, b = ours.get(seed), hf.get(seed)
+    cells = ["-" if v is None else f"{v:.2f}" for v in (a, b)]
+    diff = "-" if a is None or b is None else f"{a - b:+.2f}"
+    lines.append(f"| {seed} | {cells[0]} | {cells[1]} | {diff} |")
+  mine, theirs = sweep_stats.summarize(ours.values()), sweep_stats.summarize(
+      hf.values())
+  lines.append(f"| mean +- sd | {mine.mean:.2f} +- {mine.sd:.2f} "
+               f"| {theirs.mean:.2f} +- {theirs.sd:.2f} | |")
+  pair = sweep_stats.paired(ours, hf)
+  if pair is not None:
+    lines.append(f"| trainer - Hugging Face, {pair.diff.n} pairs | | | "
+                 f"{pair.diff.mean:+.2f} [{pair.low:+.2f}, {pair.high:+.2f}] |")
+  return "\n".join(lines)
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument(
@@ -159,7 +205,16 @@ def main():
   parser.add_argument("--weight_decay", type=float, default=0.01)
   parser.add_argument("--work_dir", default="/tmp/hf_ner")
   parser.add_argument("--output", default="/tmp/hf_ner.json")
+  parser.add_argument(
+      "--report",
+      help="comma list of finished --output files: print "
+      "the paired table instead of training")
+  parser.add_argument("--pair_with", help="the trainer's sweep.json")
+  parser.add_argument("--row", help="the sweep's row to pair")
   args = parser.parse_args()
+  if args.report:
+    print(report(args.report.split(","), args.pair_with, args.row))
+    return
 
   train, dev = read_conll(args.train_file), read_conll(args.eval_file)
   # The trainer's order: O first, then B-/I- of each type, sorted.

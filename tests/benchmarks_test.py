@@ -20,6 +20,7 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import failure_drills  # noqa: E402
 import hf_contenders  # noqa: E402
+import hf_ner  # noqa: E402
 import packing_bound  # noqa: E402
 import profile_ops  # noqa: E402
 import train_throughput  # noqa: E402
@@ -430,3 +431,31 @@ def test_packing_bound_program_reads_a_runs_length_stats(tmp_path, capsys):
   with pytest.raises(SystemExit) as info:
     packing_bound.main([f"--length_stats={tmp_path / 'missing.json'}"])
   assert "not a run's length_stats.json" in str(info.value.code)
+
+
+def test_the_tagging_accuracy_pairs_by_seed(tmp_path):
+  """hf_ner's report: the trainer's sweep row beside Hugging Face's seeds,
+  each side's mean +- sd, and the paired difference over the seeds both
+  ran with its Student-t interval (t_{0.975,1} = 12.706 for 2 pairs)."""
+  hf = tmp_path / "hf.json"
+  hf.write_text(
+      json.dumps(dict(seeds=[dict(seed=0, f1=0.89),
+                             dict(seed=1, f1=0.895)])))
+  sweep = tmp_path / "sweep.json"
+  sweep.write_text(
+      json.dumps(
+          dict(
+              runs=dict(
+                  ner=dict(
+                      s0=dict(metrics=dict(f1=0.9)),
+                      s1=dict(metrics=dict(f1=0.906)),
+                      s2=dict(metrics=dict(f1=0.91)),
+                      s3=dict(rc=1))))))
+  table = hf_ner.report([str(hf)], str(sweep), "ner").splitlines()
+  assert table[2:] == [
+      "| 0 | 90.00 | 89.00 | +1.00 |",
+      "| 1 | 90.60 | 89.50 | +1.10 |",
+      "| 2 | 91.00 | - | - |",
+      "| mean +- sd | 90.53 +- 0.50 | 89.25 +- 0.35 | |",
+      "| trainer - Hugging Face, 2 pairs | | | +1.05 [+0.41, +1.69] |",
+  ]
