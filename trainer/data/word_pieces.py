@@ -45,11 +45,17 @@ def word_pieces(preprocessor, words):
     words: RaggedTensor string [n, (words)].
   """
   flat = preprocessing.clean_text(words.flat_values)
-  pieces = preprocessor.tokenize(flat).merge_dims(1, 2)
-  flat = tf.where(pieces.row_lengths() > 0, flat, NO_PIECE)
-  pieces = preprocessor.tokenize(flat).merge_dims(1, 2)
-  return tf.RaggedTensor.from_row_lengths(
-      tf.cast(pieces, tf.int32), words.row_lengths())
+  pieces = tf.cast(preprocessor.tokenize(flat).merge_dims(1, 2), tf.int32)
+  # Tokenized once: a word of no piece gets NO_PIECE's (the unknown piece)
+  # appended, every other word nothing.
+  unknown = tf.cast(
+      preprocessor.tokenize(tf.constant([NO_PIECE])).flat_values[:1], tf.int32)
+  empty = tf.equal(pieces.row_lengths(), 0)
+  filler = tf.RaggedTensor.from_row_lengths(
+      tf.repeat(unknown, tf.reduce_sum(tf.cast(empty, tf.int32))),
+      tf.cast(empty, tf.int64))
+  pieces = tf.concat([pieces, filler], axis=1)
+  return tf.RaggedTensor.from_row_lengths(pieces, words.row_lengths())
 
 
 def fitting_words(pieces, budget):
