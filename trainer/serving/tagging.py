@@ -14,7 +14,8 @@ signatures:
 `text` is split into words as BERT's basic tokenizer splits it
 (`word_split`: whitespace, and each punctuation character a word of its
 own), with each word's character offsets. `words` are taken as given (a
-CoNLL file's, one word each; every "" is dropped), their offsets those in
+CoNLL file's, one word each, invalid UTF-8 repaired as text is; every ""
+is dropped), their offsets those in
 the words joined by single spaces. Each word is cut into pieces by the
 run's preprocessor as training cuts it (`word_pieces.word_pieces`: a word
 of no piece gets the unknown piece), the words packed in windows of whole
@@ -96,6 +97,9 @@ class TaggingModule(tf.Module):
     return self._tag(words, starts, ends, text, in_rows)
 
   def _tag_words(self, words, in_rows):
+    # Repaired as `serving_default` repairs text: the words and offsets
+    # served are those of `bytes.decode("utf-8", errors="replace")`.
+    words = preprocessing.repair_utf8(words)
     words = tf.ragged.boolean_mask(words, tf.not_equal(words, ""))
     text, starts, ends = word_split.joined_with_offsets(words)
     return self._tag(words, starts, ends, text, in_rows)
@@ -172,7 +176,7 @@ def entities(tags, tag_ids, words, starts, ends, scores, text):
     words: string RaggedTensor [n, (words)] whose flat values they tag.
     starts, ends: int32 [words]: each word's character offsets in its text.
     scores: float32 [words]: each word's tag probability.
-    text: string [n]: the texts the offsets point into.
+    text: string [n]: the texts (valid UTF-8) the offsets point into.
   """
   kinds, prefixes = [], []
   for name in tags.names:
@@ -195,8 +199,8 @@ def entities(tags, tag_ids, words, starts, ends, scores, text):
   out = dict(
       entity_types=tf.gather(
           tf.constant(tags.types or ("",)), tf.boolean_mask(kind, opens)),
-      entity_texts=tf.strings.substr(
-          tf.gather(text, sentence), start, end - start, unit="UTF8_CHAR"),
+      entity_texts=word_split.substrings(
+          tf.strings.unicode_decode(text, "UTF-8"), sentence, start, end),
       entity_starts=start,
       entity_ends=end,
       entity_word_starts=tf.boolean_mask(position, opens),
