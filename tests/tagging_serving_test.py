@@ -308,6 +308,22 @@ def test_empty_space_only_and_control_character_inputs(ner):
   assert empty["word_count"].shape == (0,)
 
 
+def test_words_with_invalid_utf8_are_repaired_as_text_is(ner):
+  """`serve_words` repairs a bad byte as `serving_default` does: the words
+  served, their offsets and tags are those of the repaired words."""
+  bad = tf.constant([[b"EU", b"caf\xff", b"call", b""]])
+  repaired = tf.constant([["EU", "caf\ufffd", "call", ""]])
+  served = ner["signatures"]["serve_words"](words=bad)
+  want = ner["signatures"]["serve_words"](words=repaired)
+  assert _row({
+      k: v.numpy() for k, v in served.items()
+  }, "words", 0) == ["EU", "caf\ufffd", "call"]
+  for key in ("words", "starts", "ends", "tag_ids", "entity_texts"):
+    np.testing.assert_array_equal(served[key].numpy(), want[key].numpy())
+  text = _served(ner["signatures"], [b"EU caf\xff call"])
+  np.testing.assert_array_equal(text["tag_ids"], want["tag_ids"].numpy())
+
+
 def test_the_run_folders_export_serves_as_the_runs_own(ner, tmp_path):
   """`trainer.export --model_dir` rebuilds the tagging run from its folder:
   the same tags and entities as the export the run wrote."""
@@ -435,19 +451,32 @@ def _iob1(tags):
 
 def test_evaluate_converts_an_iob1_file_as_training_does(ner, tmp_path):
   """An IOB1 copy of the dev file scores what the IOB2 original scores:
-  its scheme is detected and converted as training's reading does."""
+  its scheme is detected and converted as training's reading does; its
+  --tensorboard_dir holds the eval scalars."""
   iob1 = [(w, _iob1(t)) for w, t in ner["dev"]]
   assert iob1 != ner["dev"]
   path = _write_conll(tmp_path / "dev_iob1.txt", iob1)
+  board = tmp_path / "tb"
   results = [
       evaluate_lib.evaluate(
           config_lib.Config(task="tagging"), {"task"},
           export_dir=ner["export_dir"],
-          input_file=f) for f in (ner["dev_file"], path)
+          input_file=f,
+          tensorboard_dir=str(board) if f == path else "")
+      for f in (ner["dev_file"], path)
   ]
   for key in ("f1", "precision", "recall", "accuracy", "loss", "per_type",
               "entities", "words"):
     assert results[1][key] == results[0][key], key
+  # --tensorboard_dir: the eval scalars, as training's eval names them.
+  written = {}
+  for event in tf.compat.v1.train.summary_iterator(str(next(board.iterdir()))):
+    for value in event.summary.value:
+      written[value.tag] = (event.step, float(tf.make_ndarray(value.tensor)))
+  assert written == {
+      f"eval/{k}": (0, pytest.approx(results[1][k], rel=1e-6))
+      for k in ("f1", "precision", "recall", "accuracy", "loss")
+  }
 
 
 def test_the_loss_of_a_word_given_probability_0_is_finite(ner):
@@ -474,8 +503,10 @@ def test_the_loss_of_a_word_given_probability_0_is_finite(ner):
   gold = [t for _, ts in ner["dev"] for t in ts]
   wrong = sum(t != "O" for t in gold)
   assert 0 < wrong < len(gold)
-  tiny = -np.log(np.float64(np.finfo(np.float32).tiny))
-  assert result["loss"] == pytest.approx(wrong * tiny / len(gold), rel=1e-12)
+  per_word = float(-np.log(np.finfo(np.float32).tiny))  # float32's, 87.34
+  assert per_word == pytest.approx(87.336544)
+  assert result["loss"] == pytest.approx(
+      wrong * per_word / len(gold), rel=1e-12)
 
 
 def test_the_wrong_kind_of_model_is_one_line(ner, demo_run, command, tmp_path):

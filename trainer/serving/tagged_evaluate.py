@@ -30,6 +30,10 @@ from trainer.serving import exported
 from trainer.serving import export
 from trainer.serving import run_folder
 
+# What `trainer.evaluate --tensorboard_dir` writes (`eval/<name>`), as
+# training's eval summaries name them.
+SCALARS = ("f1", "precision", "recall", "accuracy", "loss")
+
 # The least probability a loss is taken of: the softmax of a confident
 # wrong word underflows to 0 in float32, whose -log is inf; training's
 # cross-entropy, from the logits, stays finite. Clipped at float32's least
