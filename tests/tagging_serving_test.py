@@ -3,6 +3,7 @@ word's tag (its first piece's), the entities, long sentences in windows,
 bad input, `trainer.predict`'s rows and `trainer.evaluate`'s scores, on
 all-MiniLM-L6-v2 converted and fine-tuned on a few CoNLL-2003 sentences."""
 
+import dataclasses
 import json
 import os
 
@@ -17,13 +18,18 @@ from trainer.data import word_split
 from trainer.evaluation import tagging as tagging_metrics
 from trainer.foundation import config as config_lib
 from trainer.foundation import features
+from trainer.foundation import tasks
 from trainer.serving import evaluate as evaluate_lib
 from trainer.serving import export as export_lib
 from trainer.serving import run_folder
+from trainer.serving import tagged_evaluate
 from trainer.training import train_lib
 
 CONLL = os.path.join(os.path.dirname(ROOT), "shared", "data", "conll2003")
 SEQ_LENGTH = 32
+# A word of 80 pieces, more than a row of SEQ_LENGTH holds (a word of over
+# 100 characters would be one unknown piece instead).
+GIANT = "qzxj" * 20
 
 
 def _sentences(path, n):
@@ -103,6 +109,19 @@ SPLITS = [
     ("\u65e5\u672cx (a)", ["\u65e5", "\u672c", "x", "(", "a",
                            ")"], [0, 1, 2, 4, 5, 6], [1, 2, 3, 5, 6, 7]),
     ("a\x00b \x00 \u200b", ["a\x00b", "\x00", "\u200b"], [0, 4, 6], [3, 5, 7]),
+    # Astral characters are one character each (an emoji stays in its word,
+    # a CJK Extension B ideograph is a word of its own); a decomposed
+    # accent is two; non-ASCII punctuation is a word of its own.
+    ("hi \U0001F600 there\U0001F600x", ["hi", "\U0001F600",
+                                        "there\U0001F600x"], [0, 3,
+                                                              5], [2, 4, 12]),
+    ("\U00020000\U00020001ab", ["\U00020000", "\U00020001",
+                                "ab"], [0, 1, 2], [1, 2, 4]),
+    ("cafe\u0301 n\u0303o", ["cafe\u0301", "n\u0303o"], [0, 6], [5, 9]),
+    ("\u00abHola\u00bb\u2014dijo\u2026 \u00bfs\u00ed?", [
+        "\u00ab", "Hola", "\u00bb", "\u2014", "dijo", "\u2026", "\u00bf",
+        "s\u00ed", "?"
+    ], [0, 1, 5, 6, 7, 11, 13, 14, 16], [1, 5, 6, 7, 11, 12, 14, 16, 17]),
     (" \t\n ", [], [], []),
     ("", [], [], []),
 ]
@@ -126,6 +145,24 @@ def test_raw_text_splits_into_words_with_character_offsets():
     assert [text[s:e] for s, e in zip(starts, ends)] == words
 
 
+def test_invalid_utf8_is_repaired_as_python_decodes_it():
+  """A bad byte, a truncated sequence, a surrogate's and an overlong form's
+  bytes: the repaired text is Python's `decode("utf-8", "replace")`, and
+  the words and offsets slice it."""
+  raw = [
+      b"a\xffb c", b"\xe2\x82 x", b"\xed\xa0\x80y", b"\xc0\xaf z\xf0\x9f\x98"
+  ]
+  words, starts, ends, texts = word_split.split_with_offsets(tf.constant(raw))
+  decoded = [r.decode("utf-8", "replace") for r in raw]
+  assert [t.decode() for t in texts.numpy()] == decoded
+  want = [["a\ufffdb", "c"], ["\ufffd", "x"], ["\ufffd" * 3 + "y"],
+          ["\ufffd" * 2, "z\ufffd"]]
+  assert [[w.decode() for w in row] for row in words.to_list()] == want
+  for text, row, s, e in zip(decoded, words.to_list(), starts.to_list(),
+                             ends.to_list()):
+    assert [text[a:b] for a, b in zip(s, e)] == [w.decode() for w in row]
+
+
 def _served(signatures, texts, name="serving_default"):
   out = signatures[name](text=tf.constant(texts, tf.string))
   return {k: v.numpy() for k, v in out.items()}
@@ -137,16 +174,17 @@ def _row(out, key, i):
   return [v.decode() if isinstance(v, bytes) else v for v in values]
 
 
-def _training_path_tags(ner):
-  """Each dev sentence's tags as the run's model predicts them through
-  training's eval input (`word_pieces.tagged` in windows, fixed shapes):
-  the argmax of each word's first piece."""
+def _training_path_tags(ner, sentences=None):
+  """Each sentence's tags ([(words, tags)], default the dev sentences) as
+  the run's model predicts them through training's eval input
+  (`word_pieces.tagged` in windows, fixed shapes): the argmax of each
+  word's first piece."""
   c = run_folder.read_run_config(ner["model_dir"])
   preprocessor, model, _, step = run_folder.load_classifier(c)
   assert step == ner["summary"]["best_step"]
   names = c.label_names.split(",")
   ids = {t: i for i, t in enumerate(names)}
-  dev = ner["dev"]
+  dev = sentences or ner["dev"]
   encode = word_pieces.tagged(preprocessor, c.seq_length, True)
   tags = [" ".join(str(ids[t]) for t in ts) for _, ts in dev]
   batch = encode(
@@ -227,12 +265,28 @@ def test_a_sentence_longer_than_seq_length_keeps_every_word(ner):
   pieces than a row holds (alone, its pieces cut): every word tagged once,
   in place."""
   text = " ".join(["Germany"] * 30 + ["Blackburn", "said"] * 15)
-  giant = "x " + "antidisestablishmentarianism" * 8 + " y"
+  giant = f"x {GIANT} y"
   out = _served(ner["signatures"], [text, giant])
   assert out["word_count"].tolist() == [60, 3]
   assert all(t for t in _row(out, "tags", 0)) and all(_row(out, "tags", 1))
   single = _served(ner["signatures"], ["Germany"] * 2)
   assert _row(out, "tags", 0)[0] == _row(single, "tags", 0)[0]
+
+
+def test_evals_and_serving_score_a_giant_word_alike(ner):
+  """A word of more pieces than a row holds, first and inside a sentence:
+  training's eval encode scores it (its first pieces, alone in a row) as
+  `serve_words` does, with every other word of the sentence."""
+  sentences = [([GIANT, "in", "Germany"], ["B-MISC", "O", "B-LOC"]),
+               (["EU", GIANT, "call", "."], ["B-ORG", "B-MISC", "O", "O"])]
+  want, windows = _training_path_tags(ner, sentences)
+  assert windows == 5  # each giant word alone in its window
+  words = tf.constant([w + [""] * (4 - len(w)) for w, _ in sentences])
+  for name in ("serve_words", "serve_words_shared_rows"):
+    served = ner["signatures"][name](words=words)
+    out = {k: v.numpy() for k, v in served.items()}
+    assert out["word_count"].tolist() == [3, 4]
+    assert [_row(out, "tags", i) for i in range(2)] == want, name
 
 
 def test_empty_space_only_and_control_character_inputs(ner):
@@ -252,6 +306,22 @@ def test_empty_space_only_and_control_character_inputs(ner):
                                                                             0)
   empty = _served(ner["signatures"], [])
   assert empty["word_count"].shape == (0,)
+
+
+def test_words_with_invalid_utf8_are_repaired_as_text_is(ner):
+  """`serve_words` repairs a bad byte as `serving_default` does: the words
+  served, their offsets and tags are those of the repaired words."""
+  bad = tf.constant([[b"EU", b"caf\xff", b"call", b""]])
+  repaired = tf.constant([["EU", "caf\ufffd", "call", ""]])
+  served = ner["signatures"]["serve_words"](words=bad)
+  want = ner["signatures"]["serve_words"](words=repaired)
+  assert _row({
+      k: v.numpy() for k, v in served.items()
+  }, "words", 0) == ["EU", "caf\ufffd", "call"]
+  for key in ("words", "starts", "ends", "tag_ids", "entity_texts"):
+    np.testing.assert_array_equal(served[key].numpy(), want[key].numpy())
+  text = _served(ner["signatures"], [b"EU caf\xff call"])
+  np.testing.assert_array_equal(text["tag_ids"], want["tag_ids"].numpy())
 
 
 def test_the_run_folders_export_serves_as_the_runs_own(ner, tmp_path):
@@ -365,6 +435,78 @@ def test_evaluate_reports_what_the_runs_eval_reported(ner, tmp_path):
   assert results[0]["per_type"] == results[1]["per_type"] == results[2][
       "per_type"]
   assert results[2]["step"] == summary["best_step"]
+
+
+def _iob1(tags):
+  """IOB2 tags as the original CoNLL files write them: I- opens an entity,
+  B- only one directly after another of its type."""
+  out, previous = [], ""
+  for tag in tags:
+    kind = tag[2:]
+    out.append(
+        f"I-{kind}" if tag.startswith("B-") and kind != previous else tag)
+    previous = kind
+  return out
+
+
+def test_evaluate_converts_an_iob1_file_as_training_does(ner, tmp_path):
+  """An IOB1 copy of the dev file scores what the IOB2 original scores:
+  its scheme is detected and converted as training's reading does; its
+  --tensorboard_dir holds the eval scalars."""
+  iob1 = [(w, _iob1(t)) for w, t in ner["dev"]]
+  assert iob1 != ner["dev"]
+  path = _write_conll(tmp_path / "dev_iob1.txt", iob1)
+  board = tmp_path / "tb"
+  results = [
+      evaluate_lib.evaluate(
+          config_lib.Config(task="tagging"), {"task"},
+          export_dir=ner["export_dir"],
+          input_file=f,
+          tensorboard_dir=str(board) if f == path else "")
+      for f in (ner["dev_file"], path)
+  ]
+  for key in ("f1", "precision", "recall", "accuracy", "loss", "per_type",
+              "entities", "words"):
+    assert results[1][key] == results[0][key], key
+  # --tensorboard_dir: the eval scalars, as training's eval names them.
+  written = {}
+  for event in tf.compat.v1.train.summary_iterator(str(next(board.iterdir()))):
+    for value in event.summary.value:
+      written[value.tag] = (event.step, float(tf.make_ndarray(value.tensor)))
+  assert written == {
+      f"eval/{k}": (0, pytest.approx(results[1][k], rel=1e-6))
+      for k in ("f1", "precision", "recall", "accuracy", "loss")
+  }
+
+
+def test_the_loss_of_a_word_given_probability_0_is_finite(ner):
+  """A gold tag whose probability underflows to 0 adds -log(float32's
+  least normal number) to the loss, not inf."""
+  c = config_lib.Config(task="tagging")
+  task = tasks.resolve(c)
+  tag_names = ("O", "B-LOC", "I-LOC", "B-MISC", "I-MISC", "B-ORG", "I-ORG",
+               "B-PER", "I-PER")
+  task = dataclasses.replace(
+      task, class_names=tag_names, num_classes=len(tag_names))
+  split = tagged_evaluate.data_split(c, task, input_file=ner["dev_file"])
+
+  def serve(words):
+    """Every word tagged O with probability 1, every other tag 0."""
+    count = tf.reduce_sum(tf.cast(words != "", tf.int32), axis=1)
+    shape = tf.shape(words)
+    return dict(
+        word_count=count,
+        tags=tf.fill(shape, "O"),
+        probabilities=tf.one_hot(tf.zeros(shape, tf.int32), len(tag_names)))
+
+  result = tagged_evaluate.score(serve, split, tag_names)
+  gold = [t for _, ts in ner["dev"] for t in ts]
+  wrong = sum(t != "O" for t in gold)
+  assert 0 < wrong < len(gold)
+  per_word = float(-np.log(np.finfo(np.float32).tiny))  # float32's, 87.34
+  assert per_word == pytest.approx(87.336544)
+  assert result["loss"] == pytest.approx(
+      wrong * per_word / len(gold), rel=1e-12)
 
 
 def test_the_wrong_kind_of_model_is_one_line(ner, demo_run, command, tmp_path):

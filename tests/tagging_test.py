@@ -164,6 +164,38 @@ def test_windows_score_every_word_once_in_order(preprocessor):
   assert (out["word"][~real] == -1).all()
 
 
+def test_a_word_longer_than_a_row_keeps_its_first_pieces(preprocessor):
+  """A word of more than seq_length - 2 pieces is dropped neither in
+  training nor in evals: it keeps its first seq_length - 2 pieces, alone in
+  its row, tagged on its first piece (as serving keeps it); in training the
+  words after it are cut as any words that do not fit."""
+  giant = "acting" * 4
+  pieces = {w: _pieces(preprocessor, w) for w in ("the", giant)}
+  assert len(pieces["the"]) == 1 and len(pieces[giant]) > 6
+  cls, sep, cut = 2, 3, pieces[giant][:6]
+  pack = word_pieces.make_word_packer(preprocessor, 8)
+  out = pack(
+      tf.constant([f"{giant} the", "the the"]),
+      tf.ragged.constant([[3, 0], [1, 2]], tf.int32))
+  assert out["input_word_ids"].numpy().tolist() == [[cls] + cut + [sep],
+                                                    [cls] + pieces["the"] * 2 +
+                                                    [sep, 0, 0, 0, 0]]
+  assert out["label"].numpy().tolist() == [[0, 3] + [0] * 6,
+                                           [0, 1, 2] + [0] * 5]
+  assert out["weight"].numpy().tolist()[0] == [0, 1] + [0] * 6
+  assert out["words_cut"].numpy().tolist() == [1, 0]
+  evals = {
+      k: v.numpy().tolist() for k, v in _encoded(preprocessor, [(
+          ["the", giant, "the"], ["O", "B-PER", "O"])], 8, True).items()
+  }
+  the = [cls] + pieces["the"] + [sep] + [0] * 5
+  assert evals["input_word_ids"] == [the, [cls] + cut + [sep], the]
+  assert evals["word"] == [[-1, 0] + [-1] * 6, [-1, 1] + [-1] * 6,
+                           [-1, 2] + [-1] * 6]
+  assert evals["label"] == [[0] * 8, [0, 3] + [0] * 6, [0] * 8]
+  assert evals["sentence"] == [[0] * 8] * 3
+
+
 def _tag_batches(preprocessor, sentences, size, seq_length):
   ids = {t: i for i, t in enumerate(TAGS)}
   encode = word_pieces.tagged(preprocessor, seq_length)

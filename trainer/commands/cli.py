@@ -45,7 +45,8 @@ COMMAND_FLAGS = dict(
     output_file=("string", "", "Where to write ('' = stdout); predict "
                  "writes JSON lines, or CSV for a .csv name."),
     tensorboard_dir=("string", "", "evaluate: also write the confusion "
-                     "matrix image and the PR curve (two classes) here."),
+                     "matrix image and the PR curve (two classes) here; a "
+                     "tagging model's eval/f1, ..., eval/loss."),
     text=("multi_string", [], "A text to classify (repeatable)."),
     text_pair=("multi_string", [], "A pair model's second text, one per "
                "--text."),

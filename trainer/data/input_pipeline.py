@@ -102,6 +102,19 @@ def bucket_of(edges, lengths):
   return tf.searchsorted(edges, lengths, side="left")
 
 
+def cut_to_bucket(inputs, buckets):
+  """Serving: per-token features [n, seq_length] (with `input_mask`) cut to
+  the smallest of `buckets` (ascending, the last --seq_length) that holds
+  the longest example: a request of short texts pays for their length, not
+  for --seq_length. Only padding is cut, so an example gets the same
+  outputs whichever bucket it lands in (up to float rounding)."""
+  edges = tf.constant(buckets, tf.int32)
+  longest = tf.reduce_max(
+      tf.concat([tf.reduce_sum(inputs["input_mask"], axis=1), [0]], 0))
+  length = tf.gather(edges, bucket_of(edges, [longest]))[0]
+  return {k: v[:, :length] for k, v in inputs.items()}
+
+
 def _measured(encode, buckets):
   """(texts, labels) -> the encoded rows (at --seq_length) with `length`
   (tokens incl. [CLS]/[SEP]) and `bucket`, the index of the smallest bucket

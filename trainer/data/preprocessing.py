@@ -48,6 +48,12 @@ class _Tokenize(tf.Module):
     return {k: tf.constant(v, tf.int32) for k, v in self._special.items()}
 
 
+# What BERT's clean-up turns into a space (`normalize`), and what separates
+# words in raw text (`word_split`): tab, newline, carriage return and
+# Unicode's space separators.
+WHITESPACE = r"[\t\n\r\p{Zs}]"
+
+
 def normalize(strings, lower_case, strip_accents):
   """The text clean-up of BERT's tokenizer, as Hugging Face's implements it.
 
@@ -67,7 +73,7 @@ def normalize(strings, lower_case, strip_accents):
   Returns:
     [batch] tf.string.
   """
-  strings = tf.strings.regex_replace(strings, r"[\t\n\r\p{Zs}]", " ")
+  strings = tf.strings.regex_replace(strings, WHITESPACE, " ")
   strings = tf.strings.regex_replace(strings, r"[\p{Cc}\p{Cf}\x{FFFD}]", "")
   if lower_case:
     # ICU would write a word-final capital sigma as the final form "ς";
@@ -206,13 +212,21 @@ _ENTITIES = (("&quot;", '"'), ("&#39;", "'"), ("&apos;", "'"), ("&lt;", "<"),
              ("&gt;", ">"), ("&nbsp;", " "), ("&amp;", "&"))
 
 
+def repair_utf8(strings):
+  """string [...] -> the same, each invalid UTF-8 sequence U+FFFD: what
+  Python's `bytes.decode("utf-8", errors="replace")` gives (one U+FFFD per
+  maximal invalid subsequence; a surrogate's or an overlong form's bytes
+  each one)."""
+  return tf.strings.unicode_transcode(
+      strings, "UTF-8", "UTF-8", errors="replace")
+
+
 def clean_text(strings):
   """Repairs invalid UTF-8 (U+FFFD) and decodes common HTML entities.
 
   strings: [batch] tf.string -> same shape.
   """
-  strings = tf.strings.unicode_transcode(
-      strings, "UTF-8", "UTF-8", errors="replace")
+  strings = repair_utf8(strings)
   for entity, char in _ENTITIES:
     strings = tf.strings.regex_replace(strings, entity, char)
   return strings

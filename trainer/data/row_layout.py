@@ -215,26 +215,31 @@ def lengths_of(features):
   return tf.reduce_sum(features["input_mask"], axis=-1)
 
 
-def pack_texts(packer, texts, seq_length):
-  """Serving: texts [batch] (or [batch, 2]) -> (their shared rows, the
-  `ROW_INPUTS` of as many rows as first-fit decreasing fills: a dynamic
-  shape, serving compiles nothing; int32 [batch]: where each text's slot
-  is among the rows' slots, row-major, to read its output back in input
-  order)."""
-  features = packer(texts)
-  lengths = lengths_of(features)[tf.newaxis]
+def serving_rows(inputs, seq_length, carry=()):
+  """Serving: examples packed one a row -> (their shared rows, the
+  `ROW_INPUTS` and each feature named in `carry` of as many rows as
+  first-fit decreasing fills: a dynamic shape, serving compiles nothing;
+  int32 [n]: where each example's slot is among the rows' slots,
+  row-major, to read its output back in input order).
+
+  Args:
+    inputs: dict of int32 [n, seq_length] `input_word_ids`, `input_mask`,
+      `input_type_ids` (a packer's, [CLS] first), and the per-token
+      features named in `carry` (laid beside their tokens, 0 where no
+      token lies).
+    seq_length: tokens per row.
+    carry: names of per-token features of `inputs` to lay out too.
+  """
+  lengths = lengths_of(inputs)[tf.newaxis]
   slots = shared_rows.slots_per_row(seq_length)
   placement = first_fit_decreasing(lengths, seq_length, slots)
   num_rows = tf.maximum(rows_needed(placement[0])[0], 1)
-  batches = {
-      k: features[k][tf.newaxis] for k in ("input_word_ids", "input_type_ids")
-  }
-  batches["label"] = tf.zeros_like(lengths)
-  rows = to_rows(batches, lengths, placement, num_rows, slots)
+  keys = ("input_word_ids", "input_type_ids") + tuple(carry)
+  rows = to_rows({k: inputs[k][tf.newaxis] for k in keys}, lengths, placement,
+                 num_rows, slots)
   row, slot, _ = placement
-  return ({
-      k: rows[k][0] for k in features_lib.ROW_INPUTS
-  }, row[0] * slots + slot[0])
+  keys = features_lib.ROW_INPUTS + tuple(carry)
+  return {k: rows[k][0] for k in keys}, row[0] * slots + slot[0]
 
 
 # Shared rows: rows tokenized and laid out per map call, about (whole

@@ -61,25 +61,46 @@ _SIGNATURE = (tf.TensorSpec([None], tf.int64), tf.TensorSpec([None], tf.int64),
 _STRIPES = {}  # (stamp, layout, tag names, stripes) -> (starts, total)
 
 
+def entity_openings(ids, positions, tag_set):
+  """Where entities open among tag ids, by conlleval's chunking (an entity
+  opens at `B-X`, or at an `I-X` not directly after a tag of type X in its
+  sentence): what IOB1 to IOB2 rewrites (`_to_iob2`) and where a tagging
+  export's entities open (`serving.tagging.entities`).
+
+  Args:
+    ids: int32 or int64 [words]: tag ids in `tag_set`, sentence after
+      sentence; -1 (a tag outside the set) opens nothing and ends an entity.
+    positions: int [words]: each word's place in its sentence.
+    tag_set: the `tag_sets.TagSet` the ids index.
+
+  Returns:
+    (bool [words]: an entity opens there; int [words], the ids' dtype: each
+    word's entity type, an index into `tag_set.types`, -1 for O, -2 for -1).
+  """
+  kind_of, inside, _ = tag_sets.conversion_tables(tag_set)
+  known = tf.maximum(ids, 0)
+  kinds = tf.gather(tf.constant(kind_of, ids.dtype), known)
+  kinds = tf.where(ids < 0, tf.constant(-2, ids.dtype), kinds)
+  previous = tf.concat([tf.constant([-1], ids.dtype), kinds[:-1]], 0)
+  previous = tf.where(positions == 0, tf.constant(-1, ids.dtype), previous)
+  continues = tf.gather(tf.constant(inside), known) & tf.equal(kinds, previous)
+  return (kinds >= 0) & ~continues, kinds
+
+
 def _to_iob2(ids, tag_set):
   """IOB1 tag ids -> IOB2 (`tag_sets.iob1_to_iob2` in TF): an I-X not
-  directly after a tag of type X becomes B-X.
+  directly after a tag of type X becomes B-X (every opening its type's
+  B-, `entity_openings`).
 
   Args:
     ids: RaggedTensor int64 [rows, (words)]; -1 (a tag outside the set)
       allowed, and kept.
   """
-  kind_of, inside, begin = tag_sets.conversion_tables(tag_set)
+  _, _, begin = tag_sets.conversion_tables(tag_set)
   flat = ids.flat_values
-  known = tf.maximum(flat, 0)
-  kinds = tf.gather(tf.constant(kind_of, tf.int64), known)
-  kinds = tf.where(flat < 0, tf.constant(-2, tf.int64), kinds)
   position = tf.ragged.range(ids.row_lengths()).flat_values
-  previous = tf.concat([tf.constant([-1], tf.int64), kinds[:-1]], 0)
-  previous = tf.where(position == 0, tf.constant(-1, tf.int64), previous)
-  opens = tf.gather(tf.constant(inside), known) & (flat >= 0) & tf.not_equal(
-      kinds, previous)
-  begins = tf.gather(tf.constant(begin, tf.int64), known)
+  opens, _ = entity_openings(flat, position, tag_set)
+  begins = tf.gather(tf.constant(begin, tf.int64), tf.maximum(flat, 0))
   return ids.with_flat_values(tf.where(opens, begins, flat))
 
 

@@ -9,9 +9,12 @@ preprocessor packs a text, and writes per token the word's tag on its
 first piece (`label`) with weight 1 there (`weight`); other pieces,
 `[CLS]`, `[SEP]` and padding carry weight 0 (Hugging Face's -100). Whole
 words only: a sentence longer than --seq_length pieces keeps the words that
-fit and counts the words cut (`words_cut`); `windows` cuts such a sentence
-into consecutive windows of whole words instead, so that eval, evaluate and
-predict score every word once.
+fit and counts the words cut (`words_cut`); `sentence_windows` cuts such
+a sentence into consecutive windows of whole words instead, so that eval,
+evaluate and predict (one function for all three) score every word once.
+A word of more than --seq_length - 2 pieces keeps its first ones
+(`capped`), everywhere: it trains, is evaluated and is served alone in its
+row, on its first piece.
 
 A word that tokenizes to no piece (only control or format characters, which
 BERT's clean-up removes) is given one unknown piece, so it is still
@@ -58,6 +61,14 @@ def word_pieces(preprocessor, words):
   return tf.RaggedTensor.from_row_lengths(pieces, words.row_lengths())
 
 
+def capped(pieces, budget):
+  """`pieces` (int32 RaggedTensor [n, (words), (pieces)]) with each word's
+  pieces cut to its first `budget`: a word longer than a row holds keeps
+  the pieces that fit, alone in its row, and is tagged on its first piece
+  (training, evals and serving alike). A no-op on words that fit."""
+  return pieces.with_values(pieces.values[:, :budget])
+
+
 def fitting_words(pieces, budget):
   """bool RaggedTensor [n, (words)]: the words whose pieces end within
   `budget` pieces of their sentence's start (the words kept whole)."""
@@ -83,7 +94,7 @@ def make_word_packer(preprocessor, seq_length):
   budget = seq_length - 2
 
   def pack(sentences, tags):
-    pieces = word_pieces(preprocessor, split_words(sentences))
+    pieces = capped(word_pieces(preprocessor, split_words(sentences)), budget)
     keep = fitting_words(pieces, budget)
     kept = tf.ragged.boolean_mask(pieces, keep)
     kept_tags = tf.ragged.boolean_mask(tags, keep)
@@ -166,43 +177,10 @@ def window_ids(pieces, budget):
   return lengths.with_flat_values(window)
 
 
-def windows(preprocessor, sentences, tags, seq_length):
-  """Sentences -> their windows (`window_ids`), each a sentence of its own.
-
-  Args:
-    preprocessor: a loaded TF Hub style preprocessor.
-    sentences: string [n], words joined by single spaces.
-    tags: int32 RaggedTensor [n, (words)].
-    seq_length: tokens per example, [CLS] and [SEP] included.
-
-  Returns:
-    (string [m] the windows' words joined by spaces, int32 RaggedTensor
-    [m, (words)] their tags, int32 [m] each window's sentence (index into
-    the n), int32 [m] the sentence position of its first word), the
-    windows of each sentence consecutive and in order.
-  """
-  words = split_words(sentences)
-  window = window_ids(word_pieces(preprocessor, words), seq_length - 2)
-  sentence = tf.cast(window.value_rowids(), tf.int32)
-  # A window's global id: its sentence's windows come after the windows of
-  # the sentences before it.
-  count = tf.cast(tf.reduce_max(window, axis=1) + 1, tf.int64)
-  base = tf.math.cumsum(count, exclusive=True)
-  group = tf.gather(base, sentence) + tf.cast(window.flat_values, tf.int64)
-  m = tf.reduce_sum(count)
-  grouped = tf.RaggedTensor.from_value_rowids(words.flat_values, group, m)
-  joined = tf.strings.reduce_join(grouped, axis=1, separator=" ")
-  window_tags = tf.RaggedTensor.from_value_rowids(tags.flat_values, group, m)
-  position = tf.ragged.range(words.row_lengths()).flat_values
-  first_word = tf.math.unsorted_segment_min(
-      tf.cast(position, tf.int32), group, m)
-  owner = tf.math.unsorted_segment_min(sentence, group, m)
-  return joined, window_tags, owner, first_word
-
-
 def sentence_windows(pieces, special, seq_length):
   """Every word of every sentence in windows of whole words (`window_ids`),
-  each window a row: what a tagging export serves, no word dropped.
+  each window a row: what evals (`tagged`) and a tagging export score, no
+  word dropped.
 
   Args:
     pieces: int32 RaggedTensor [n, (words), (pieces)] (`word_pieces`).
@@ -218,10 +196,11 @@ def sentence_windows(pieces, special, seq_length):
     in its window; a sentence of no word has no window.
   """
   budget = seq_length - 2
-  per_word = pieces.values[:, :budget]  # [words, (pieces)]
-  capped = pieces.with_values(per_word)
-  window = window_ids(capped, budget)
-  windows = tf.where(capped.row_lengths() > 0,
+  pieces = capped(pieces, budget)
+  per_word = pieces.values  # [words, (pieces)]
+  window = window_ids(pieces, budget)
+  # A sentence of no word has no window (its reduce_max is the lowest int).
+  windows = tf.where(pieces.row_lengths() > 0,
                      tf.cast(tf.reduce_max(window, axis=1), tf.int64) + 1, 0)
   base = tf.math.cumsum(windows, exclusive=True)
   group = tf.gather(base, window.value_rowids()) + tf.cast(
@@ -251,11 +230,13 @@ def tagged(preprocessor, seq_length, windows_of_words=False):
 
   Training truncates a sentence that does not fit to its whole words that
   do. With `windows_of_words` (eval) a sentence is cut into windows of
-  whole words instead (`windows`), each a row of its own, and every token
-  also carries its sentence (`sentence`: the sentence's `index`) and for a
-  word's first piece its place in the sentence (`word`, else -1), so that
-  the eval scores every word once, in its sentence."""
+  whole words instead (`sentence_windows`, as serving cuts it), each a row
+  of its own, and every token also carries its sentence (`sentence`: the
+  sentence's `index`) and for a word's first piece its place in the
+  sentence (`word`, else -1), so that the eval scores every word once, in
+  its sentence."""
   pack = make_word_packer(preprocessor, seq_length)
+  special = preprocessing.special_tokens(preprocessor)
 
   def encode(sentences, labels):
     tags = parse_tags(labels["tags"])
@@ -263,14 +244,19 @@ def tagged(preprocessor, seq_length, windows_of_words=False):
       out = pack(sentences, tags)
       del out["words_cut"]
       return out
-    parts, part_tags, owner, first = windows(preprocessor, sentences, tags,
-                                             seq_length)
-    out = pack(parts, part_tags)
-    del out["words_cut"]
-    first_piece = out["weight"] > 0
-    within = tf.cast(tf.math.cumsum(out["weight"], axis=1), tf.int32) - 1
-    out["word"] = tf.where(first_piece, first[:, tf.newaxis] + within, -1)
-    sentence = tf.cast(tf.gather(labels["index"], owner), tf.int32)
+    words = split_words(sentences)
+    out = sentence_windows(
+        word_pieces(preprocessor, words), special, seq_length)
+    flat = out.pop("word")  # the word among all of `words`, or -1
+    first_piece = flat >= 0
+    known = tf.maximum(flat, 0)
+    owner = tf.cast(tf.gather(words.value_rowids(), known), tf.int32)
+    starts = tf.cast(words.row_starts(), tf.int32)
+    out["label"] = tf.where(first_piece, tf.gather(tags.flat_values, known), 0)
+    out["weight"] = tf.cast(first_piece, tf.float32)
+    out["word"] = tf.where(first_piece, known - tf.gather(starts, owner), -1)
+    # A window opens with its first word's first piece, after [CLS].
+    sentence = tf.cast(tf.gather(labels["index"], owner[:, 1]), tf.int32)
     out["sentence"] = tf.broadcast_to(sentence[:, tf.newaxis],
                                       tf.shape(out["label"]))
     return out

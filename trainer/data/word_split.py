@@ -13,17 +13,22 @@ unknown piece, `word_pieces.NO_PIECE`, and is tagged like any other).
 
 Offsets count characters (Unicode code points, as Python's `str` indexes
 them), end exclusive: `text[start:end]` is the word. Invalid UTF-8 is first
-repaired (each bad byte U+FFFD, as `preprocessing.clean_text` does) and the
-offsets are those of the repaired text, which is what a Python caller that
-decodes with errors="replace" holds. Words are substrings of the text: an
-HTML entity is not decoded here, so "&amp;" is three words ("&", "amp",
-";").
+repaired (`preprocessing.repair_utf8`: what Python's
+`bytes.decode("utf-8", errors="replace")` gives) and the offsets are those
+of the repaired text, which is what such a Python caller holds. Words are
+substrings of the text: an HTML entity is not decoded here, so "&amp;" is
+three words ("&", "amp", ";").
+
+Memory is linear in the text: each text is decoded to code points once,
+and words (`substrings`) are gathered from them, never from a copy of the
+text per word.
 """
 
 import tensorflow as tf
 import tensorflow_text as text
 
-WHITESPACE = r"[\t\n\r\p{Zs}]"
+from trainer.data import preprocessing
+
 # BERT's punctuation (ASCII's symbol ranges and Unicode's P categories) and
 # CJK ideographs: each a word of its own (TF Text's BasicTokenizer ranges).
 _ALONE = "|".join([
@@ -34,16 +39,11 @@ _ALONE = "|".join([
 ])
 
 
-def repair(texts):
-  """string [n] -> the same, each invalid UTF-8 byte U+FFFD."""
-  return tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace")
-
-
 def split_with_offsets(texts):
   """Words of raw texts and where each lies.
 
   Args:
-    texts: string [n], UTF-8 (repaired here: `repair`).
+    texts: string [n], UTF-8 (repaired here: `preprocessing.repair_utf8`).
 
   Returns:
     (words string RaggedTensor [n, (words)], starts and ends int32
@@ -51,21 +51,57 @@ def split_with_offsets(texts):
     exclusive; the repaired texts string [n]). A text of only whitespace
     has no word.
   """
-  texts = repair(texts)
+  texts = preprocessing.repair_utf8(texts)
   # The split stops at a NUL byte (its text is read as a C string): split
   # with NUL as U+0001, another control character of one byte (the same
-  # words), and read each word from the text itself.
+  # words, at the same bytes), and read each word from the text itself.
   split = tf.strings.regex_replace(texts, "\x00", "\x01")
   spans, begins, ends = text.regex_split_with_offsets(
-      split, f"{WHITESPACE}+|{_ALONE}", _ALONE)
-  owner = tf.gather(texts, spans.value_rowids())
-  begins, ends = begins.flat_values, ends.flat_values
-  flat = tf.strings.substr(owner, begins, ends - begins)
-  before = tf.strings.substr(owner, tf.zeros_like(begins), begins)
-  starts = tf.strings.length(before, unit="UTF8_CHAR")
-  ends = starts + tf.strings.length(flat, unit="UTF8_CHAR")
-  return (spans.with_flat_values(flat), spans.with_flat_values(starts),
+      split, f"{preprocessing.WHITESPACE}+|{_ALONE}", _ALONE)
+  chars, at = tf.strings.unicode_decode_with_offsets(texts, "UTF-8")
+  rows = tf.cast(spans.value_rowids(), tf.int32)
+  size = tf.strings.length(texts)
+  starts = _characters(at, size, rows, begins.flat_values)
+  ends = _characters(at, size, rows, ends.flat_values)
+  words = substrings(chars, rows, starts, ends)
+  return (spans.with_flat_values(words), spans.with_flat_values(starts),
           spans.with_flat_values(ends), texts)
+
+
+def _characters(at, size, rows, offsets):
+  """int32 [k]: the character index in text `rows` of each byte offset of
+  `offsets` (int64 [k]: a character's first byte, or the text's end).
+
+  Args:
+    at: int64 RaggedTensor [n, (characters)]: each character's first byte
+      in its text (`tf.strings.unicode_decode_with_offsets`).
+    size: int32 [n]: each text's bytes.
+
+  One sorted search over every text's characters at once: each text's
+  offsets shifted by the bytes of the texts before it, so that the flat
+  offsets are sorted and a text's end is the next text's first byte (the
+  search counts the offsets below it: the text's characters)."""
+  base = tf.math.cumsum(tf.cast(size, tf.int64), exclusive=True)
+  shifted = at + tf.expand_dims(base, 1)
+  found = tf.searchsorted(
+      shifted.flat_values, tf.gather(base, rows) + offsets, out_type=tf.int64)
+  return tf.cast(found - tf.gather(at.row_starts(), rows), tf.int32)
+
+
+def substrings(chars, rows, starts, ends):
+  """string [k]: the characters [starts, ends) of text `rows`, gathered
+  from the texts' code points (decoded once) rather than from a copy of a
+  text per substring.
+
+  Args:
+    chars: int32 RaggedTensor [n, (characters)]: the texts' code points
+      (`tf.strings.unicode_decode`).
+    rows, starts, ends: int32 [k].
+  """
+  first = tf.gather(tf.cast(chars.row_starts(), tf.int32), rows) + starts
+  picked = tf.ragged.range(first, first + (ends - starts))
+  return tf.strings.unicode_encode(
+      tf.gather(chars.flat_values, picked), "UTF-8")
 
 
 def joined_with_offsets(words):

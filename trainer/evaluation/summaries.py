@@ -1,4 +1,5 @@
-"""Eval pictures for TensorBoard: a confusion matrix image and a PR curve.
+"""Eval pictures for TensorBoard: a confusion matrix image and a PR curve;
+and a tagging evaluate's scalars (`write_eval_scalars`).
 
 Both are drawn from counts: the confusion matrix of an eval pass and, for
 two classes, histograms of the positive class's probability for positive
@@ -100,4 +101,13 @@ def write_eval_pictures(writer, step, confusion, class_names, histograms=None):
               k: v for k, v in curve.items() if k != "thresholds"
           })
       tf.summary.experimental.write_raw_pb(pb.SerializeToString(), step=step)
+  writer.flush()
+
+
+def write_eval_scalars(writer, step, metrics):
+  """`eval/<name>` of each float of `metrics` ({name: value}, the keys of
+  training's eval summaries) into `writer` at `step`."""
+  with writer.as_default(step=step):
+    for name, value in metrics.items():
+      tf.summary.scalar(f"eval/{name}", value)
   writer.flush()

@@ -19,7 +19,9 @@ Sentence pairs (two --text_column/--text_key fields) go to the model's
 `text` and `text_pair`;
 `--tensorboard_dir` also gets the confusion matrix image and, for two
 classes, the PR curve. --task=tagging (a tagging run's --model_dir implies
-it) scores tagged sentences as training's eval does (`tagged_evaluate`).
+it) scores tagged sentences as training's eval does (`tagged_evaluate`);
+its `--tensorboard_dir` gets `eval/f1`, `eval/precision`, `eval/recall`,
+`eval/accuracy` and `eval/loss`, at the step scored.
 """
 
 import dataclasses
@@ -257,7 +259,8 @@ def evaluate(c=None,
       dataset any of its splits, read whole.
     input_file: a labelled file, scored whole.
     output_file: also write the metrics there as JSON.
-    tensorboard_dir: also write the confusion matrix and the PR curve.
+    tensorboard_dir: also write the confusion matrix and the PR curve (a
+      tagging model: the eval scalars, `eval/f1`, ..., at the step scored).
   """
   c = config_lib.Config() if c is None else c
   given = config_lib.changed_fields(c) if given is None else set(given)
@@ -279,9 +282,14 @@ def evaluate(c=None,
   if output_file:
     with tf.io.gfile.GFile(output_file, "w") as f:
       f.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
-  if tensorboard_dir and "confusion_matrix" in result:
+  if tensorboard_dir:
     writer = tf.summary.create_file_writer(tensorboard_dir)
-    summaries.write_eval_pictures(writer, 0, result["confusion_matrix"],
-                                  result["class_names"], histograms)
+    if task.tagging:
+      # What training's eval writes of a tagging run, at the step scored.
+      summaries.write_eval_scalars(writer, result.get(
+          "step", 0), {k: result[k] for k in tagged_evaluate.SCALARS})
+    else:
+      summaries.write_eval_pictures(writer, 0, result["confusion_matrix"],
+                                    result["class_names"], histograms)
     writer.close()
   return result

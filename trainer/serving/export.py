@@ -106,9 +106,8 @@ class ServingModule(tf.Module):
     return self._outputs(logits)
 
   def _serve_rows(self, text, text_pair=None):
-    rows, where = row_layout.pack_texts(self._full_pack,
-                                        self._texts(text, text_pair),
-                                        self._seq_length)
+    rows, where = row_layout.serving_rows(
+        self._full_pack(self._texts(text, text_pair)), self._seq_length)
     return self._outputs(tf.gather(self.model(rows, training=False), where))
 
   def _outputs(self, logits):
@@ -123,20 +122,9 @@ class ServingModule(tf.Module):
 
 def bucketed_packer(pack, buckets):
   """`pack` (strings -> inputs at --seq_length) cut to the smallest of
-  `buckets` that holds the longest text of the call: a request of short
-  texts pays for their length, not for --seq_length. Only padding is cut,
-  so a text gets the same outputs whichever bucket it lands in (up to float
-  rounding)."""
-  edges = tf.constant(buckets, tf.int32)
-
-  def packed(strings):
-    inputs = pack(strings)
-    longest = tf.reduce_max(
-        tf.concat([tf.reduce_sum(inputs["input_mask"], axis=1), [0]], 0))
-    length = tf.gather(edges, input_pipeline.bucket_of(edges, [longest]))[0]
-    return {k: v[:, :length] for k, v in inputs.items()}
-
-  return packed
+  `buckets` that holds the longest text of the call
+  (`input_pipeline.cut_to_bucket`)."""
+  return lambda strings: input_pipeline.cut_to_bucket(pack(strings), buckets)
 
 
 def serving_module(model, preprocessor, seq_length, task, buckets=None):

@@ -13,8 +13,9 @@ task's (sentence1,sentence2 for glue/mrpc).
 (name or 0-based index; two comma-separated for a sentence-pair model) is
 read. Output is JSON lines (stdout by default) or CSV when `--output_file`
 ends in .csv: class id, name and probabilities, or a regression model's
-score. Input is streamed in batches of `--batch_size`; nothing is held in
-memory beyond one batch.
+score; for a tagging export the text, its words and its entities (each
+list one cell, as JSON). Input is streamed in batches of `--batch_size`;
+nothing is held in memory beyond one batch.
 """
 
 import csv
@@ -169,26 +170,36 @@ def _said(rows, what, tally):
 def predictions(serve, texts, batch_size=256):
   """Yields one dict per text (a string, or a (text, text_pair) tuple for
   a pair model), in the order of `texts`: text[, text_pair], class_id,
-  class_name, probabilities (a regression model: score). Reads
-  `_SORT_BATCHES` batches ahead and batches them by length."""
-  texts = iter(texts)
+  class_name, probabilities (a regression model: score), batched by
+  length (`in_order`)."""
   pairs = exported.pairs(serve)
-  while True:
-    window = list(itertools.islice(texts, batch_size * _SORT_BATCHES))
-    if not window:
-      return
-    if pairs != isinstance(window[0], tuple):
+
+  def rows_of(batch):
+    if pairs != isinstance(batch[0], tuple):
       raise PredictError("this export takes " +
                          ("sentence pairs: give --text with "
                           "--text_pair, or --text_column=a,b"
                           if pairs else "one text: give one --text_column"))
+    return _rows(batch, _serve(serve, batch, pairs), pairs)
+
+  return in_order(texts, batch_size, rows_of)
+
+
+def in_order(texts, batch_size, rows_of):
+  """Yields one row per text of `texts`, in their order: the texts read
+  `_SORT_BATCHES` batches ahead, sorted by length (`_words`) and handed to
+  `rows_of` (a list of at most `batch_size` texts -> one row per text, in
+  its order) in batches of like length."""
+  texts = iter(texts)
+  while True:
+    window = list(itertools.islice(texts, batch_size * _SORT_BATCHES))
+    if not window:
+      return
     order = sorted(range(len(window)), key=lambda i: _words(window[i]))
     rows = [None] * len(window)
     for start in range(0, len(order), batch_size):
       picked = order[start:start + batch_size]
-      batch = [window[i] for i in picked]
-      for i, row in zip(picked, _rows(batch, _serve(serve, batch, pairs),
-                                      pairs)):
+      for i, row in zip(picked, rows_of([window[i] for i in picked])):
         rows[i] = row
     yield from rows
 
@@ -271,7 +282,7 @@ def predict(export_dir,
   loaded = exported.load(export_dir)
   tagger = exported.load_tagger(
       export_dir, loaded=loaded) if exported.is_tagging(loaded) else None
-  if tagger and (text_pairs or "," in text_column and input_file):
+  if tagger and (text_pairs or ("," in text_column and input_file)):
     raise PredictError(f"--export_dir={export_dir} is a tagging export: it "
                        "takes one text, not sentence pairs (no --text_pair, "
                        "one --text_column)")
@@ -292,5 +303,7 @@ def predict(export_dir,
     what = "--text"
     rows = tally.count(list(zip(texts, text_pairs)) if text_pairs else texts)
   if tagger:
-    return _said(tagged_rows.predictions(tagger, rows, batch_size), what, tally)
+    tag = lambda batch: tagged_rows.rows(
+        tagger.text(text=tf.constant(batch, tf.string)), batch)
+    return _said(in_order(rows, batch_size, tag), what, tally)
   return _said(predictions(serve, rows, batch_size), what, tally)

@@ -2,30 +2,43 @@
 sentences: what `trainer.evaluate` does for --task=tagging.
 
 The sentences are read as training reads them (CoNLL or JSON lines files,
-TFDS conll2003: `tagged_sources`, with the model's tag set); every word of
+TFDS conll2003: `tagged_sources`, with the model's tag set, IOB1 detected
+and converted to IOB2 as training converts it); every word of
 every usable sentence is scored once, whatever its length (the export's
 `serve_words` signature: windows of whole words), and the report is what
 training's eval reports (`evaluation.tagging`): entity-level micro F1,
 precision and recall, word accuracy, per entity type precision, recall, F1
-and support, and the mean loss over the words.
+and support, and the mean loss over the words (each word's -log of its
+gold tag's probability, the probability clipped at float32's least normal
+number: a softmax that underflows to 0 adds about 87.3, not inf).
 """
 
 import dataclasses
 
 from absl import logging
 import numpy as np
-import tensorflow as tf
 
 from trainer.data import counts as counts_lib
 from trainer.data import input_pipeline
 from trainer.data import splits as splits_lib
+from trainer.data import tagged_sources
 from trainer.data import word_pieces
 from trainer.evaluation import tagging
 from trainer.foundation import errors
 from trainer.foundation import tasks
 from trainer.serving import exported
+from trainer.serving import export
 from trainer.serving import run_folder
-from trainer.serving import tagging as tagging_module
+
+# What `trainer.evaluate --tensorboard_dir` writes (`eval/<name>`), as
+# training's eval summaries name them.
+SCALARS = ("f1", "precision", "recall", "accuracy", "loss")
+
+# The least probability a loss is taken of: the softmax of a confident
+# wrong word underflows to 0 in float32, whose -log is inf; training's
+# cross-entropy, from the logits, stays finite. Clipped at float32's least
+# normal number, a word adds at most -log(tiny) ~= 87.3 to the sum.
+_TINY = np.finfo(np.float32).tiny
 
 
 def serving(c, task, export_dir="", checkpoint=""):
@@ -49,12 +62,11 @@ def serving(c, task, export_dir="", checkpoint=""):
           demo_cache_dir=c.demo_cache_dir,
           checkpoint_dir=c.checkpoint_dir), checkpoint)
   logging.info("Scoring %s (step %d) of the run in %s", path, step, c.model_dir)
-  names = tuple(saved.label_names.split(","))
-  module = tagging_module.TaggingModule(preprocessor, model, c.seq_length,
-                                        names,
-                                        run_folder.read_layout(c).lengths)
+  task = _with_tags(task, tasks.resolve(saved).class_names)
+  module = export.serving_module(model, preprocessor, c.seq_length, task,
+                                 run_folder.read_layout(c).lengths)
   serve = module.serve_words_rows or module.serve_words
-  return serve, _with_tags(task, names), dict(checkpoint=path, step=step)
+  return serve, task, dict(checkpoint=path, step=step)
 
 
 def _with_tags(task, names):
@@ -66,24 +78,35 @@ def data_split(c, task, split="", input_file=""):
   """The Split of tagged sentences to score: `input_file` whole, else the
   run's data flags' `split` (validation, test or train)."""
   data = splits_lib.from_flags(c)
-  tags = splits_lib.tag_set(task)
   if input_file:
     if split:
       raise errors.ConfigError(
           "give --input_file (one tagged file, scored whole) or --split, "
           "not both")
+    tags = _tag_set(task, data, input_file)
     return splits_lib.Split(
         "input", splits_lib.tagged_source(task, data, input_file, tags=tags))
   if not (data.train_file or data.tfds_name):
     raise errors.ConfigError(
         "give the tagged sentences to score: --input_file (CoNLL or JSON "
         "lines), or the data flags of a run (--model_dir's, --train_file)")
-  named = splits_lib.make_splits(task, data)
+  scheme = _tag_set(task, data, data.train_file).scheme
+  named = splits_lib.make_splits(
+      dataclasses.replace(task, tag_scheme=scheme), data)
   name = split or ("test" if "test" in named else "validation")
   if name not in named:
     raise errors.ConfigError(
         f"--split={name!r} is invalid: this data has splits {sorted(named)}")
   return named[name]
+
+
+def _tag_set(task, data, path):
+  """The model's tags in the scheme of the data at `path` (a file, else
+  the TFDS train split), detected as training detects it
+  (`tagged_sources.read_tag_set`: IOB1 is converted to IOB2 as read)."""
+  source = splits_lib.tagged_source(
+      task, data, path=path, split="" if path else "train")
+  return tagged_sources.read_tag_set(source, task.class_names)
 
 
 def score(serve, split, tag_names, batch_size=256):
@@ -99,8 +122,7 @@ def score(serve, split, tag_names, batch_size=256):
   names = np.asarray(tag_names, dtype=object)
   gold, predicted, losses = [], [], []
   for texts, labels in input_pipeline.usable_rows(split).batch(batch_size):
-    words = tf.strings.split(texts, sep=" ")
-    out = serve(words.to_tensor(""))
+    out = serve(word_pieces.split_words(texts).to_tensor(""))
     ids = word_pieces.parse_tags(labels["tags"]).to_list()
     served, tags = out["word_count"].numpy(), out["tags"].numpy()
     probabilities = out["probabilities"].numpy()
@@ -111,7 +133,8 @@ def score(serve, split, tag_names, batch_size=256):
             f"{len(truth)}: {texts[i].numpy().decode()[:80]!r}")
       gold.append(list(names[truth]))
       predicted.append([t.decode("utf-8") for t in tags[i, :served[i]]])
-      losses.append(-np.log(probabilities[i, np.arange(len(truth)), truth]))
+      p = probabilities[i, np.arange(len(truth)), truth]
+      losses.append(-np.log(np.maximum(p, _TINY)))
   report = tagging.tagging_metrics(gold, predicted)
   return dict(
       f1=report["f1"],

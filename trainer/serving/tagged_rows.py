@@ -1,5 +1,6 @@
 """A tagging export's outputs as rows: what `trainer.predict` writes for each
-text, in the order of the texts.
+text (batched and put back in the order of the texts as classification's
+rows are, `predict.in_order`).
 
 A row is
 
@@ -12,14 +13,6 @@ A row is
 Face's `pipeline("token-classification", aggregation_strategy="first")`'s,
 its `word` the text it spans. A text of no word has empty lists.
 """
-
-import itertools
-
-import tensorflow as tf
-
-# Texts read ahead and sorted by length before batching, as classification
-# predicts (`predict._SORT_BATCHES`): a batch is padded to its longest.
-_SORT_BATCHES = 8
 
 
 def _text(value):
@@ -49,22 +42,3 @@ def rows(out, texts):
         for j in range(out["entity_count"][i])
     ]
     yield dict(text=text, words=words, entities=found)
-
-
-def predictions(tagger, texts, batch_size=256):
-  """Yields one row per text of `texts` (strings), in their order, served
-  by the `exported.Tagger` `tagger` in batches of texts of like length."""
-  texts = iter(texts)
-  while True:
-    window = list(itertools.islice(texts, batch_size * _SORT_BATCHES))
-    if not window:
-      return
-    order = sorted(range(len(window)), key=lambda i: len(window[i].split()))
-    out = [None] * len(window)
-    for start in range(0, len(order), batch_size):
-      picked = order[start:start + batch_size]
-      batch = [window[i] for i in picked]
-      served = tagger.text(text=tf.constant(batch, tf.string))
-      for i, row in zip(picked, rows(served, batch)):
-        out[i] = row
-    yield from out

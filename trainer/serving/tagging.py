@@ -14,7 +14,8 @@ signatures:
 `text` is split into words as BERT's basic tokenizer splits it
 (`word_split`: whitespace, and each punctuation character a word of its
 own), with each word's character offsets. `words` are taken as given (a
-CoNLL file's, one word each; every "" is dropped), their offsets those in
+CoNLL file's, one word each, invalid UTF-8 repaired as text is; every ""
+is dropped), their offsets those in
 the words joined by single spaces. Each word is cut into pieces by the
 run's preprocessor as training cuts it (`word_pieces.word_pieces`: a word
 of no piece gets the unknown piece), the words packed in windows of whole
@@ -47,11 +48,11 @@ from trainer.data import input_pipeline
 from trainer.data import preprocessing
 from trainer.data import row_layout
 from trainer.data import tag_sets
+from trainer.data import tagged_sources
 from trainer.data import word_pieces
 from trainer.data import word_split
 from trainer.encoders import native
 from trainer.foundation import features
-from trainer.foundation import shared_rows
 from trainer.serving import exported
 
 TEXT = tf.TensorSpec([None], tf.string, name="text")
@@ -96,6 +97,9 @@ class TaggingModule(tf.Module):
     return self._tag(words, starts, ends, text, in_rows)
 
   def _tag_words(self, words, in_rows):
+    # Repaired as `serving_default` repairs text: the words and offsets
+    # served are those of `bytes.decode("utf-8", errors="replace")`.
+    words = preprocessing.repair_utf8(words)
     words = tf.ragged.boolean_mask(words, tf.not_equal(words, ""))
     text, starts, ends = word_split.joined_with_offsets(words)
     return self._tag(words, starts, ends, text, in_rows)
@@ -134,32 +138,22 @@ class TaggingModule(tf.Module):
   def _in_buckets(self, windows):
     """(logits [tokens, num_tags], word [tokens]) of the windows one a row,
     cut to the smallest of the run's lengths that holds the longest."""
-    edges = tf.constant(self._buckets, tf.int32)
-    longest = tf.reduce_max(
-        tf.concat([tf.reduce_sum(windows["input_mask"], axis=1), [0]], 0))
-    length = tf.gather(edges, input_pipeline.bucket_of(edges, [longest]))[0]
-    inputs = {k: windows[k][:, :length] for k in features.ENCODER_INPUTS}
-    logits = self.model(inputs, training=False)
-    return (tf.reshape(logits, [-1, tf.shape(logits)[-1]]),
-            tf.reshape(windows["word"][:, :length], [-1]))
-
-  def _in_rows(self, windows):
-    """As `_in_buckets`, the windows in shared rows (first-fit
-    decreasing, as many rows as they fill: serving compiles nothing)."""
-    lengths = row_layout.lengths_of(windows)[tf.newaxis]
-    slots = shared_rows.slots_per_row(self._seq_length)
-    placement = row_layout.first_fit_decreasing(lengths, self._seq_length,
-                                                slots)
-    num_rows = tf.maximum(row_layout.rows_needed(placement[0])[0], 1)
-    batch = {
-        k: windows[k][tf.newaxis] for k in ("input_word_ids", "input_type_ids")
-    }
-    batch["word"] = windows["word"][tf.newaxis] + 1  # rows pad with 0
-    rows = row_layout.to_rows(batch, lengths, placement, num_rows, slots)
-    logits = self.model({k: rows[k][0] for k in features.ROW_INPUTS},
+    windows = input_pipeline.cut_to_bucket(windows, self._buckets)
+    logits = self.model({k: windows[k] for k in features.ENCODER_INPUTS},
                         training=False)
     return (tf.reshape(logits, [-1, tf.shape(logits)[-1]]),
-            tf.reshape(rows["word"][0], [-1]) - 1)
+            tf.reshape(windows["word"], [-1]))
+
+  def _in_rows(self, windows):
+    """As `_in_buckets`, the windows in shared rows (`row_layout.
+    serving_rows`: first-fit decreasing, as many rows as they fill)."""
+    # Rows read 0 where no token lies: the word ids shifted past it.
+    windows = dict(windows, word=windows["word"] + 1)
+    rows, _ = row_layout.serving_rows(windows, self._seq_length, ("word",))
+    logits = self.model({k: rows[k] for k in features.ROW_INPUTS},
+                        training=False)
+    return (tf.reshape(logits, [-1, tf.shape(logits)[-1]]),
+            tf.reshape(rows["word"], [-1]) - 1)
 
 
 def entities(tags, tag_ids, words, starts, ends, scores, text):
@@ -172,20 +166,11 @@ def entities(tags, tag_ids, words, starts, ends, scores, text):
     words: string RaggedTensor [n, (words)] whose flat values they tag.
     starts, ends: int32 [words]: each word's character offsets in its text.
     scores: float32 [words]: each word's tag probability.
-    text: string [n]: the texts the offsets point into.
+    text: string [n]: the texts (valid UTF-8) the offsets point into.
   """
-  kinds, prefixes = [], []
-  for name in tags.names:
-    prefix, kind = tag_sets.split_tag(name)
-    kinds.append(tags.types.index(kind) if kind else -1)
-    prefixes.append(prefix)
-  kind = tf.gather(tf.constant(kinds, tf.int32), tag_ids)
-  opens_b = tf.gather(tf.constant([p == "B" for p in prefixes]), tag_ids)
   position = tf.cast(tf.ragged.range(words.row_lengths()).flat_values, tf.int32)
-  previous = tf.concat([[-1], kind[:-1]], 0)
-  previous = tf.where(position == 0, -1, previous)
+  opens, kind = tagged_sources.entity_openings(tag_ids, position, tags)
   inside = kind >= 0
-  opens = inside & (opens_b | tf.not_equal(kind, previous))
   count = tf.reduce_sum(tf.cast(opens, tf.int32))
   entity = tf.boolean_mask(tf.cumsum(tf.cast(opens, tf.int32)) - 1, inside)
   span = lambda values: tf.math.unsorted_segment_max(
@@ -195,8 +180,8 @@ def entities(tags, tag_ids, words, starts, ends, scores, text):
   out = dict(
       entity_types=tf.gather(
           tf.constant(tags.types or ("",)), tf.boolean_mask(kind, opens)),
-      entity_texts=tf.strings.substr(
-          tf.gather(text, sentence), start, end - start, unit="UTF8_CHAR"),
+      entity_texts=word_split.substrings(
+          tf.strings.unicode_decode(text, "UTF-8"), sentence, start, end),
       entity_starts=start,
       entity_ends=end,
       entity_word_starts=tf.boolean_mask(position, opens),
