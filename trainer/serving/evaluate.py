@@ -111,15 +111,7 @@ def serving(c, task, export_dir="", checkpoint=""):
         "evaluate it with --task=tagging, or leave --task unset")
   _check_classes(c, saved.num_classes, f"the run in {c.model_dir}")
   _check_pairs(task, tasks.resolve(saved).pairs, f"the run in {c.model_dir}")
-  preprocessor, model, path, step = run_folder.load_classifier(
-      dataclasses.replace(
-          saved,
-          demo_cache_dir=c.demo_cache_dir,
-          checkpoint_dir=c.checkpoint_dir), checkpoint)
-  # A run's best checkpoint is not always its newest: say which is scored.
-  logging.info("Scoring %s (step %d) of the run in %s", path, step, c.model_dir)
-  module = export.serving_module(model, preprocessor, c.seq_length, task,
-                                 run_folder.read_layout(c).lengths)
+  module, path, step = export.run_module(c, saved, task, checkpoint)
   serve = module.serve_rows or module.serve
   return (lambda texts: call(serve, texts), task.class_names,
           dict(checkpoint=path, step=step))

@@ -138,6 +138,22 @@ def serving_module(model, preprocessor, seq_length, task, buckets=None):
                        task.pairs, task.regression, buckets)
 
 
+def run_module(c, saved, task, checkpoint=""):
+  """(serving module, checkpoint path, step) of the run in `c.model_dir`
+  (its config.json `saved`) rebuilt from `checkpoint` (the best, else the
+  newest): what `trainer.evaluate --model_dir` scores, for either task."""
+  preprocessor, model, path, step = run_folder.load_classifier(
+      dataclasses.replace(
+          saved,
+          demo_cache_dir=c.demo_cache_dir,
+          checkpoint_dir=c.checkpoint_dir), checkpoint)
+  # A run's best checkpoint is not always its newest: say which is scored.
+  logging.info("Scoring %s (step %d) of the run in %s", path, step, c.model_dir)
+  module = serving_module(model, preprocessor, c.seq_length, task,
+                          run_folder.read_layout(c).lengths)
+  return module, path, step
+
+
 def _save_options(io_device=None):
   if io_device:
     return tf.saved_model.SaveOptions(experimental_io_device=io_device)

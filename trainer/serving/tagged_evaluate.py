@@ -56,15 +56,8 @@ def serving(c, task, export_dir="", checkpoint=""):
     raise errors.ConfigError(
         f"--model_dir={c.model_dir} holds a {saved.task} run, not a tagging "
         "one: evaluate it without --task=tagging")
-  preprocessor, model, path, step = run_folder.load_classifier(
-      dataclasses.replace(
-          saved,
-          demo_cache_dir=c.demo_cache_dir,
-          checkpoint_dir=c.checkpoint_dir), checkpoint)
-  logging.info("Scoring %s (step %d) of the run in %s", path, step, c.model_dir)
   task = _with_tags(task, tasks.resolve(saved).class_names)
-  module = export.serving_module(model, preprocessor, c.seq_length, task,
-                                 run_folder.read_layout(c).lengths)
+  module, path, step = export.run_module(c, saved, task, checkpoint)
   serve = module.serve_words_rows or module.serve_words
   return serve, task, dict(checkpoint=path, step=step)
 
